@@ -1,0 +1,184 @@
+"""What every eviction policy shares: request tags, per-node tags, and the policy base class.
+
+The policy core never imports an engine. It reads engine nodes through the
+small :class:`CacheNode` protocol (SGLang's radix-tree nodes satisfy it as
+they are) and keeps its own bookkeeping in a :class:`NodeTags` record that the
+engine adapter attaches to each node. An adapter (the SGLang plugin, the
+replay benchmark) does four things:
+
+1. ``policy.on_request(tags, now)`` when a tagged request arrives;
+2. ``policy.tag_path(nodes, tags, now, matched_tokens)`` with the radix path the
+   request matched and inserted, root first;
+3. ``policy.on_end(workflow, now)`` on a workflow's end event;
+4. ``policy.priority(node)`` as the engine's eviction key (smallest first).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence, Sized
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple, Protocol
+
+from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
+
+TAGS_ATTR = "agentcache_tags"
+
+# Per-node workflow sets are pruned of retired ids once they grow past this,
+# so a shared prefix touched by thousands of workflows stays small.
+PRUNE_WORKFLOWS_AT = 64
+
+
+class RequestTags(NamedTuple):
+    """What the SDK tells the server about one LLM request."""
+
+    workflow: str
+    agent: str
+    fixed_tokens: int = 0  # token offset where the agent's fixed prompt ends (0: unknown)
+
+
+@dataclass(slots=True)
+class NodeTags:
+    """Policy bookkeeping for one radix-tree node."""
+
+    workflows: dict[str, set[str]] = field(default_factory=dict)  # A_w(c): workflow -> its agents that touched c
+    fixed_agents: set[str] = field(default_factory=set)  # agents whose fixed prompt covers c
+    last_access: float = 0.0  # policy clock (seconds) at the last touch
+    hits: int = 0  # requests that reused c from cache
+    depth: int = 0  # tokens from the root to the end of c
+    created: float = 0.0  # policy clock at the first touch
+
+    def copy(self) -> NodeTags:
+        return NodeTags(
+            {w: set(a) for w, a in self.workflows.items()},
+            set(self.fixed_agents),
+            self.last_access,
+            self.hits,
+            self.depth,
+            self.created,
+        )
+
+
+class CacheNode(Protocol):
+    """The engine-side view of a radix node that policies read."""
+
+    last_access_time: float  # engine recency stamp, larger is more recent
+    hit_count: int
+    key: Sized | None  # this node's own tokens
+
+
+def tags_of(node: Any) -> NodeTags | None:
+    return getattr(node, TAGS_ATTR, None)
+
+
+def ensure_tags(node: Any, now: float = 0.0) -> NodeTags:
+    tags = getattr(node, TAGS_ATTR, None)
+    if tags is None:
+        tags = NodeTags(created=now)
+        setattr(node, TAGS_ATTR, tags)
+    return tags
+
+
+def node_tokens(node: CacheNode) -> int:
+    return len(node.key) if node.key is not None else 0
+
+
+class NodeClass:
+    """Coarse node classes, for statistics and for the lifecycle tier."""
+
+    RETIRED = "retired"  # touched by workflows, none of them still active
+    FIXED = "fixed"  # part of an agent's fixed prompt, used by an active workflow
+    HISTORY = "history"  # an active workflow's dynamic suffix
+    UNTAGGED = "untagged"  # no tagged request ever touched it
+
+    ALL = (RETIRED, FIXED, HISTORY, UNTAGGED)
+
+
+class CachePolicy(ABC):
+    """Base class: keeps the workflow registry and node tags current; subclasses rank nodes."""
+
+    name: ClassVar[str]
+
+    def __init__(self, registry: WorkflowRegistry | None = None):
+        self.registry = registry if registry is not None else WorkflowRegistry()
+
+    # -- events from the adapter
+
+    def on_request(self, tags: RequestTags, now: float) -> WorkflowState:
+        for state in self.registry.expire(now):
+            self.on_workflow_retired(state)
+        state, previous = self.registry.observe(tags.workflow, tags.agent, now)
+        self.on_transition(state, previous)
+        return state
+
+    def on_end(self, workflow: str, now: float) -> bool:
+        """Apply an end event; False when the workflow was not active."""
+        state = self.registry.end(workflow)
+        if state is None:
+            return False
+        self.on_workflow_retired(state)
+        return True
+
+    def tag_path(self, path: Sequence[Any], tags: RequestTags, now: float, matched_tokens: int) -> None:
+        """Record that the request `tags` used every node of `path` (root's child first)."""
+        depth = 0
+        for node in path:
+            depth += node_tokens(node)
+            t = ensure_tags(node, now)
+            agents = t.workflows.get(tags.workflow)
+            if agents is None:
+                if len(t.workflows) >= PRUNE_WORKFLOWS_AT:
+                    self._prune(t)
+                t.workflows[tags.workflow] = {tags.agent}
+            else:
+                agents.add(tags.agent)
+            if depth <= tags.fixed_tokens:
+                t.fixed_agents.add(tags.agent)
+            if depth <= matched_tokens:
+                t.hits += 1
+            t.last_access = now
+            t.depth = depth
+
+    def _prune(self, t: NodeTags) -> None:
+        for workflow in [w for w in t.workflows if not self.registry.is_active(w)]:
+            del t.workflows[workflow]
+
+    # -- hooks for subclasses
+
+    def on_transition(self, state: WorkflowState, previous: str | None) -> None:
+        """A workflow moved from `previous` (None: its first request) to ``state.agent``."""
+
+    def on_workflow_retired(self, state: WorkflowState) -> None:
+        """A workflow ended or its lease ran out."""
+
+    # -- ranking
+
+    @abstractmethod
+    def priority(self, node: CacheNode) -> tuple:
+        """Eviction key: the smallest is evicted first."""
+
+    # -- shared helpers
+
+    def active_workflows_of(self, t: NodeTags) -> list[tuple[WorkflowState, set[str]]]:
+        get = self.registry.get
+        out = []
+        for workflow, agents in t.workflows.items():
+            state = get(workflow)
+            if state is not None:
+                out.append((state, agents))
+        return out
+
+    def is_retired(self, t: NodeTags | None) -> bool:
+        """Touched by tagged requests, and none of their workflows is still active."""
+        if t is None or not t.workflows:
+            return t is not None
+        is_active = self.registry.is_active
+        return not any(is_active(w) for w in t.workflows)
+
+    def classify(self, node: CacheNode) -> str:
+        t = tags_of(node)
+        if t is None:
+            return NodeClass.UNTAGGED
+        if self.is_retired(t):
+            return NodeClass.RETIRED
+        return NodeClass.FIXED if t.fixed_agents else NodeClass.HISTORY

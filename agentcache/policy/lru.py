@@ -1,0 +1,10 @@
+"""LRU: what SGLang does by default (``evict_policy.LRUStrategy``): least recently used first."""
+
+from agentcache.policy.base import CacheNode, CachePolicy
+
+
+class LRUPolicy(CachePolicy):
+    name = "lru"
+
+    def priority(self, node: CacheNode) -> tuple:
+        return (node.last_access_time,)

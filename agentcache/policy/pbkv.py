@@ -1,0 +1,206 @@
+"""PBKV: retired cache first, then a K-step forecast score, LRU within ties.
+
+The paper's score (PBKV, Eq. 5):
+
+    Score(c) = sum_{k=1..K} gamma^(k-1) sum_{w in W_act(c)} s_w^(k) * A_w(c)^T P_w^(k)
+
+W_act(c) are the active workflows that touched node c, A_w(c) marks the agents
+of w that touched it, P_w^(k) is the forecast of w's k-th next agent and
+s_w^(k) the probability that w is still running then. Our predictors' rows are
+unconditional with END absorbing, so s_w^(k) * P_w^(k)(a) is row k's p(a) and
+
+    Score(c) = sum_{w in W_act(c)} sum_{a in A_w(c)} v_w(a),   v_w(a) = sum_k gamma^(k-1) P_w^(k)(a)
+
+the expected discounted number of future reads of c (Lemma G.1). Cache that
+only ended workflows touched is evicted before any scored node: a fact
+outranks an estimate.
+
+As written, the score undervalues an agent's fixed prompt: a workflow that
+has not called the agent yet adds nothing to it, nor does a workflow that has
+not started. SGLang's LFU protects such prompts through global hit counts,
+which is why it beats the paper's score on real traces. Our default adds, as
+switchable ingredients (see docs/policy.md for what each one is worth):
+
+- fixed_by_forecast: a node of agent a's fixed prompt is worth every active
+  workflow's forecast of calling a, ``D(a) = sum_{w active} v_w(a)``, touched or not;
+- arrivals: plus the calls of workflows not yet started,
+  ``lambda * g * sum_k gamma^(k-1) sum_{j<=k} P_new^(j)(a)``, with lambda the
+  workflow arrival rate, g the mean gap between a workflow's requests (both
+  learned online) and P_new the forecast for a workflow with an empty path;
+- cost: the score is multiplied by what a miss of c costs per token held
+  (recompute with its context-length term, or a reload when c has a host copy);
+- fallback: nodes no forecast values (tagged by no active workflow's agents,
+  or untagged) are ordered by their observed read frequency, then recency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentcache.cost import DEFAULT_COST, CostModel
+from agentcache.policy.base import CacheNode, CachePolicy, NodeTags, RequestTags, node_tokens, tags_of
+from agentcache.policy.gaps import GapModel
+from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
+from agentcache.predictor import END, MarkovPredictor, Predictor
+
+
+@dataclass(frozen=True)
+class Ingredients:
+    lifecycle: bool = True
+    fixed_by_forecast: bool = True
+    arrivals: bool = True
+    timing: bool = True
+    evidence: bool = True
+    cost: bool = False
+    fallback: bool = True
+
+
+PAPER = Ingredients(fixed_by_forecast=False, arrivals=False, timing=False, evidence=False, cost=False, fallback=False)
+
+
+class PBKVPolicy(CachePolicy):
+    name = "pbkv"
+
+    def __init__(
+        self,
+        registry: WorkflowRegistry | None = None,
+        predictor: Predictor | None = None,
+        gamma: float = 0.8,
+        ingredients: Ingredients = Ingredients(),
+        cost: CostModel = DEFAULT_COST,
+    ):
+        super().__init__(registry)
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+        self.predictor = predictor if predictor is not None else MarkovPredictor(order=1, horizon=3)
+        self.gamma = gamma
+        self.ingredients = ingredients
+        self.cost = cost
+        self.gaps = GapModel()  # gaps between a workflow's consecutive requests
+        self.arrival_gap = 0.0  # EWMA of the time between new workflows (1 / lambda)
+        self._last_start: float | None = None
+        self._now = 0.0
+        self._values: dict[str, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
+        self._weights: dict[str, float] = {}  # workflow -> timing weight phi_w
+        self._demand: dict[str, float] = {}  # D(a) = sum over active workflows of phi_w v_w(a) (+ arrivals)
+        self._refreshed = (-1, -1.0)
+
+    # -- learning
+
+    def on_request(self, tags: RequestTags, now: float) -> WorkflowState:
+        self._now = now
+        known = self.registry.get(tags.workflow)
+        if known is not None:
+            self.gaps.add(now - known.last_seen)
+        else:
+            if self._last_start is not None:
+                self.arrival_gap = _ewma(self.arrival_gap, now - self._last_start)
+            self._last_start = now
+        return super().on_request(tags, now)
+
+    def on_transition(self, state: WorkflowState, previous: str | None) -> None:
+        self.predictor.observe(state.path[:-1], state.agent)
+        self._values[state.id] = self.workflow_values(state)
+
+    def on_workflow_retired(self, state: WorkflowState) -> None:
+        self.predictor.observe(state.path, END)
+        self._values.pop(state.id, None)
+
+    # -- forecasts
+
+    def discounted(self, rows: list[dict[str, float]]) -> dict[str, float]:
+        """sum_k gamma^(k-1) row_k(a) for every agent a."""
+        values: dict[str, float] = {}
+        weight = 1.0
+        for row in rows:
+            for agent, p in row.items():
+                if agent != END:
+                    values[agent] = values.get(agent, 0.0) + weight * p
+            weight *= self.gamma
+        return values
+
+    def workflow_values(self, state: WorkflowState) -> dict[str, float]:
+        return self.discounted(self.predictor.predict(state.path))
+
+    def arrivals(self) -> dict[str, float]:
+        """Discounted calls of each agent by workflows that start within the horizon."""
+        step_gap = self.gaps.mean
+        if self.arrival_gap <= 0.0 or step_gap <= 0.0:
+            return {}
+        per_step = step_gap / self.arrival_gap  # lambda * g: new workflows per step
+        arrivals: dict[str, float] = {}
+        cumulative: dict[str, float] = {}
+        weight = 1.0
+        for row in self.predictor.predict([]):
+            for agent, p in row.items():
+                if agent != END:
+                    cumulative[agent] = cumulative.get(agent, 0.0) + p
+            for agent, c in cumulative.items():
+                arrivals[agent] = arrivals.get(agent, 0.0) + per_step * weight * c
+            weight *= self.gamma
+        return arrivals
+
+    def timing_weight(self, state: WorkflowState) -> float:
+        """gamma^(residual / g): step discounting continued into the time before w's next request."""
+        step_gap = self.gaps.mean
+        if not self.ingredients.timing or step_gap <= 0.0:
+            return 1.0
+        return self.gamma ** (self.gaps.residual(self._now - state.last_seen) / step_gap)
+
+    def _refresh(self) -> None:
+        """Recompute the per-workflow weights and the per-agent demand D(a), once per state and instant."""
+        key = (self.registry.version, self._now)
+        if key == self._refreshed:
+            return
+        self._refreshed = key
+        self._weights = {}
+        demand: dict[str, float] = (
+            dict(self.arrivals()) if self.ingredients.fixed_by_forecast and self.ingredients.arrivals else {}
+        )
+        for state in self.registry.active():
+            weight = self._weights[state.id] = self.timing_weight(state)
+            values = self._values.get(state.id)
+            if values and self.ingredients.fixed_by_forecast:
+                for agent, v in values.items():
+                    demand[agent] = demand.get(agent, 0.0) + weight * v
+        self._demand = demand
+
+    # -- ranking
+
+    def score(self, node: CacheNode, t: NodeTags | None = None) -> float:
+        """Expected discounted reads of `node` (the paper's Score, plus the fixed-prompt terms)."""
+        t = t if t is not None else tags_of(node)
+        if t is None:
+            return 0.0
+        self._refresh()
+        fixed = t.fixed_agents if self.ingredients.fixed_by_forecast else ()
+        total = sum(self._demand.get(agent, 0.0) for agent in fixed)
+        for workflow, agents in t.workflows.items():
+            weight = self._weights.get(workflow)
+            if weight is None:  # not active
+                continue
+            values = self._values.get(workflow)
+            if values:
+                total += weight * sum(values.get(a, 0.0) for a in agents if a not in fixed)
+        return total
+
+    def priority(self, node: CacheNode) -> tuple:
+        t = tags_of(node)
+        ing = self.ingredients
+        if ing.lifecycle and self.is_retired(t) and not (ing.fixed_by_forecast and t.fixed_agents):
+            return (0, 0.0, 0.0, node.last_access_time)
+        value = self.score(node, t)
+        if ing.evidence and t is not None:
+            value *= (t.hits + 1) / (t.hits + 2)
+        if ing.cost and value > 0.0:
+            depth = t.depth if t is not None else node_tokens(node)
+            value *= self.cost.miss_cost_per_token(depth, node_tokens(node), bool(getattr(node, "backuped", False)))
+            value /= self.cost.linear_s
+        frequency = 0.0
+        if ing.fallback and value == 0.0 and t is not None:
+            frequency = t.hits / (self._now - t.created + self.gaps.mean + 1e-9)
+        return (1, value, frequency, node.last_access_time)
+
+
+def _ewma(mean: float, sample: float, alpha: float = 0.05) -> float:
+    return sample if mean == 0.0 else (1.0 - alpha) * mean + alpha * sample

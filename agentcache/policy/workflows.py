@@ -1,0 +1,99 @@
+"""Workflow registry: which workflows are active, where each one is, and which have retired.
+
+A workflow is active from its first request until its end event, or until its
+lease runs out (no request for ``lease_s``): apps crash and forget to end
+workflows, and a cache that trusted them forever would pin memory forever.
+Only active workflows are kept, so the registry stays bounded; an id it does
+not know counts as retired, which is all a node's bookkeeping needs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class WorkflowState:
+    id: str
+    started: float
+    last_seen: float
+    path: list[str] = field(default_factory=list)  # agents called so far, in order
+
+    @property
+    def agent(self) -> str | None:
+        """The agent of the workflow's latest request."""
+        return self.path[-1] if self.path else None
+
+
+class WorkflowRegistry:
+    """Active workflows, ordered by last activity so that lease expiry is cheap."""
+
+    def __init__(self, lease_s: float = 300.0, max_active: int = 100_000, max_path: int = 256):
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s}")
+        self.lease_s = lease_s
+        self.max_active = max_active
+        self.max_path = max_path
+        self._active: OrderedDict[str, WorkflowState] = OrderedDict()
+        self.retired_count = 0
+        self.expired_count = 0
+        self.version = 0  # bumped on every change that can move a forecast
+
+    # -- events
+
+    def observe(self, workflow: str, agent: str, now: float) -> tuple[WorkflowState, str | None]:
+        """Record a request of `workflow` by `agent`; returns the state and the previous agent."""
+        state = self._active.get(workflow)
+        if state is None:
+            if len(self._active) >= self.max_active:
+                self._retire(next(iter(self._active)), expired=True)
+            state = WorkflowState(workflow, started=now, last_seen=now)
+            self._active[workflow] = state
+        else:
+            self._active.move_to_end(workflow)
+        previous = state.agent
+        state.last_seen = now
+        state.path.append(agent)
+        if len(state.path) > self.max_path:
+            del state.path[: len(state.path) - self.max_path]
+        self.version += 1
+        return state, previous
+
+    def end(self, workflow: str) -> WorkflowState | None:
+        """Retire `workflow`; returns its last state, or None when it was not active."""
+        return self._retire(workflow, expired=False)
+
+    def expire(self, now: float) -> list[WorkflowState]:
+        """Retire every workflow whose lease ran out; cheap when none did."""
+        expired = []
+        while self._active:
+            state = next(iter(self._active.values()))
+            if now - state.last_seen < self.lease_s:
+                break
+            expired.append(self._retire(state.id, expired=True))
+        return expired
+
+    def _retire(self, workflow: str, *, expired: bool) -> WorkflowState | None:
+        state = self._active.pop(workflow, None)
+        if state is None:
+            return None
+        self.retired_count += 1
+        self.expired_count += expired
+        self.version += 1
+        return state
+
+    # -- queries
+
+    def is_active(self, workflow: str) -> bool:
+        return workflow in self._active
+
+    def get(self, workflow: str) -> WorkflowState | None:
+        return self._active.get(workflow)
+
+    def active(self) -> Iterator[WorkflowState]:
+        return iter(self._active.values())
+
+    def __len__(self) -> int:
+        return len(self._active)

@@ -1,0 +1,167 @@
+"""Shared machinery of the workload generators: knobs, agents, conversations, arrivals.
+
+Prompts are built the way agent frameworks build them: the agent's fixed
+prompt first (system prompt, tools, examples), then the workflow's history
+(the task, earlier agents' outputs, tool results), and each request's output
+comes back as a segment of later prompts through its ``output_id``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from agentcache.trace import End, Event, Meta, Request, Segment, Trace
+
+
+@dataclass
+class GenConfig:
+    """Knobs shared by every family; a family documents which ones it reads and its defaults."""
+
+    workflows: int = 200
+    rate: float = 0.5  # new workflows per second (Poisson arrivals); concurrency ~ rate x workflow duration
+    fixed_tokens: int = 1500  # mean size of an agent's fixed prompt
+    task_tokens: int = 300  # size of a workflow's task statement
+    output_tokens: int = 150  # mean tokens generated per request
+    tool_tokens: int = 300  # mean size of a tool result (test log, retrieved passage)
+    loop_prob: float | None = None  # family-specific loop/branch probability (None: the family's default)
+    unended: float = 0.0  # share of workflows whose end event never comes
+    seed: int = 0
+    decode_tok_s: float = 50.0  # generation speed used to space a workflow's requests
+    tool_s: float = 2.0  # mean tool execution time between calls
+
+    def __post_init__(self) -> None:
+        if self.workflows < 1:
+            raise ValueError(f"workflows must be >= 1, got {self.workflows}")
+        if self.rate <= 0:
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+        for name in ("fixed_tokens", "task_tokens", "output_tokens", "tool_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.loop_prob is not None and not 0.0 <= self.loop_prob < 1.0:
+            raise ValueError(f"loop_prob must be in [0, 1), got {self.loop_prob}")
+        if not 0.0 <= self.unended <= 1.0:
+            raise ValueError(f"unended must be in [0, 1], got {self.unended}")
+
+    def knobs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def jitter(rng: random.Random, mean: float, spread: float = 0.3) -> int:
+    """A positive integer around `mean` (uniform +-spread)."""
+    return max(1, round(mean * rng.uniform(1.0 - spread, 1.0 + spread)))
+
+
+@dataclass
+class Agent:
+    name: str
+    fixed: tuple[Segment, ...]  # system prompt, tools, examples: identical on every call
+
+
+def make_agents(family: str, names: list[str], cfg: GenConfig, rng: random.Random) -> dict[str, Agent]:
+    """Agents with fixed prompts of different sizes: a system prompt plus a tool/example block."""
+    agents = {}
+    for name in names:
+        size = jitter(rng, cfg.fixed_tokens, 0.5)
+        system = max(1, size * 2 // 5)
+        agents[name] = Agent(
+            name,
+            (Segment(f"sys/{family}/{name}", system), Segment(f"tools/{family}/{name}", max(1, size - system))),
+        )
+    return agents
+
+
+@dataclass
+class Conversation:
+    """One workflow: its shared history and the requests it has sent."""
+
+    workflow: str
+    ts: float
+    cfg: GenConfig
+    rng: random.Random
+    history: list[Segment] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    calls: int = 0
+
+    def call(
+        self,
+        agent: Agent,
+        *,
+        view: list[Segment] | None = None,
+        tool: bool = False,
+        output: int | None = None,
+        remember: bool = True,
+    ) -> Request:
+        """Send one request of `agent` whose prompt is its fixed prompt + `view` (default: the whole history).
+
+        The output joins the shared history (unless `remember` is False); a tool call's
+        result follows it. The clock moves on by generation and tool time.
+        """
+        self.calls += 1
+        out_tokens = output if output is not None else jitter(self.rng, self.cfg.output_tokens, 0.5)
+        out_id = f"out/{self.workflow}/{self.calls}"
+        prompt = agent.fixed + tuple(self.history if view is None else view)
+        request = Request(
+            ts=round(self.ts, 3),
+            workflow=self.workflow,
+            agent=agent.name,
+            segments=prompt,
+            fixed=len(agent.fixed),
+            output=out_tokens,
+            output_id=out_id,
+        )
+        self.events.append(request)
+        if remember:
+            self.history.append(Segment(out_id, out_tokens))
+        self.ts += 0.3 + out_tokens / self.cfg.decode_tok_s
+        if tool:
+            self.history.append(
+                Segment(f"tool/{self.workflow}/{self.calls}", jitter(self.rng, self.cfg.tool_tokens, 0.6))
+            )
+            self.ts += self.rng.expovariate(1.0 / self.cfg.tool_s)
+        else:
+            self.ts += self.rng.uniform(0.05, 0.3)  # framework overhead between calls
+        return request
+
+    def end(self) -> None:
+        self.events.append(End(round(self.ts, 3), self.workflow))
+
+
+def start_conversations(family: str, cfg: GenConfig, rng: random.Random) -> list[Conversation]:
+    """Poisson arrivals; each workflow starts with its task statement as history."""
+    conversations = []
+    t = 0.0
+    for i in range(cfg.workflows):
+        wid = f"{family}-{i}"
+        conv = Conversation(wid, t, cfg, random.Random(rng.random()))
+        conv.history.append(Segment(f"task/{wid}", jitter(rng, cfg.task_tokens, 0.5)))
+        conversations.append(conv)
+        t += rng.expovariate(cfg.rate)
+    return conversations
+
+
+def assemble(
+    family: str,
+    description: str,
+    cfg: GenConfig,
+    conversations: list[Conversation],
+    call_graph: dict[str, list[str]],
+    rng: random.Random,
+) -> Trace:
+    """Merge the workflows' events in time order; drop the end events of the `unended` share."""
+    unended = set(rng.sample(range(len(conversations)), round(cfg.unended * len(conversations))))
+    tagged: list[tuple[float, int, int, Event]] = []
+    for i, conv in enumerate(conversations):
+        for j, event in enumerate(conv.events):
+            if isinstance(event, End) and i in unended:
+                continue
+            tagged.append((event.ts, i, j, event))
+    tagged.sort(key=lambda x: (x[0], x[1], x[2]))
+    meta = Meta(
+        name=family,
+        description=description,
+        call_graph={a: sorted(set(s)) for a, s in sorted(call_graph.items())},
+        extra={"generator": {"family": family, **cfg.knobs()}},
+    )
+    return Trace(meta, [e for *_, e in tagged])

@@ -1,0 +1,107 @@
+"""The replay ladder: every policy on every trace of the suite at three capacities.
+
+    .venv/bin/python benchmarks/ladder.py            # about 8 minutes on 2 cores
+
+Writes docs/benchmarks.md (tables), docs/benchmarks.json (every run) and
+docs/img/ladder-<trace>.png (hit rate over time at the tightest capacity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+from rich.console import Console
+from rich.progress import Progress
+from suite import DOCS, suite
+
+from agentcache.replay.report import plot_timeline
+from agentcache.replay.runner import PreparedTrace, ReplayResult, fill_gap_closed, replay_policy
+
+OURS = ["lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belady"]
+BUILTINS = ["lfu", "slru", "tlru", "priority", "fifo", "mru", "filo"]
+
+
+def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult]]]:
+    console = Console(stderr=True)
+    traces = list(suite(only))
+    policies = OURS + BUILTINS
+    out = []
+    with Progress(console=console) as progress:
+        task = progress.add_task(
+            "ladder", total=sum(len(t.trace.requests) * len(t.capacities) * len(policies) for t in traces)
+        )
+        for st in traces:
+            prepared = PreparedTrace(st.trace)
+            results = [
+                replay_policy(prepared, name, capacity, on_request=lambda: progress.advance(task))
+                for capacity in st.capacities
+                for name in policies
+            ]
+            fill_gap_closed(results)
+            out.append((st.name, st.dynamic, st.real, results))
+            plot_timeline(
+                [
+                    r
+                    for r in results
+                    if r.capacity == st.capacities[0] and r.policy in ("lru", "lfu", "pbkv-paper", "pbkv", "belady")
+                ],
+                str(DOCS / "img" / f"ladder-{st.name}.png"),
+                title=st.name,
+            )
+    return out
+
+
+def cell(r: ReplayResult) -> str:
+    gap = "" if r.gap_closed is None or r.policy in ("lru", "belady") else f" ({r.gap_closed:+.0%})"
+    return f"{r.hit_rate:.1%}{gap}"
+
+
+def markdown(runs, command: str) -> str:
+    lines = [
+        "# Replay benchmark: every policy through SGLang's radix cache",
+        "",
+        f"Command: `{command}` ({platform.machine()}, Python {platform.python_version()}).",
+        "Token hit rate per policy; in brackets the share of the LRU-to-Belady gap the policy closes.",
+        "Bold: the best online policy (Belady is the offline optimum). `best built-in` is the best of",
+        f"SGLang's own `--radix-eviction-policy` strategies ({', '.join(BUILTINS)}).",
+        "",
+    ]
+    header = ["trace", "capacity", *OURS, "best built-in", "pbkv vs best built-in", "pbkv latency vs lru"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, _dynamic, _real, results in runs:
+        for capacity in sorted({r.capacity for r in results}):
+            by = {r.policy: r for r in results if r.capacity == capacity}
+            builtin = max((by[b] for b in BUILTINS), key=lambda r: r.hit_rate)
+            online = [by[p] for p in OURS if p != "belady"] + [by[b] for b in BUILTINS]
+            best = max(r.hit_rate for r in online)
+            cells = [f"**{cell(by[p])}**" if p != "belady" and by[p].hit_rate == best else cell(by[p]) for p in OURS]
+            delta = by["pbkv"].hit_rate - builtin.hit_rate
+            speed = by["lru"].modelled_latency_s / by["pbkv"].modelled_latency_s
+            lines.append(
+                f"| {name} | {capacity} | "
+                + " | ".join(cells)
+                + f" | {builtin.policy} {cell(builtin)} | {delta * 100:+.1f} pts | {speed:.2f}x |"
+            )
+    lines += ["", "Hit rate over time at the tightest capacity: `docs/img/ladder-<trace>.png`.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="trace names to run (default: the whole suite)")
+    args = parser.parse_args()
+    started = time.time()
+    runs = run(args.only)
+    command = "python benchmarks/ladder.py" + (f" --only {' '.join(args.only)}" if args.only else "")
+    (DOCS / "benchmarks.md").write_text(markdown(runs, command))
+    (DOCS / "benchmarks.json").write_text(
+        json.dumps([{"trace": name, **r.to_json()} for name, _d, _r, results in runs for r in results], indent=1)
+    )
+    Console(stderr=True).print(f"wrote docs/benchmarks.md and docs/benchmarks.json in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The benchmark suite: which traces, at which capacities. Shared by every benchmark script.
+
+Generated families use fixed knobs and seed, so every number is reproducible;
+their capacities are 4x, 8x and 16x the trace's mean prompt (tight, medium,
+roomy). The real traces use the capacities their README calls interesting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+
+from agentcache.trace import Trace, read_trace  # noqa: E402
+from agentcache.workloads import FAMILIES, GenConfig, generate  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DOCS = ROOT / "docs"
+REAL_TRACES = HERE / "traces"
+
+GENERATED = GenConfig(workflows=150, seed=1)
+CAPACITY_FACTORS = (4, 8, 16)
+REAL_CAPACITIES = {
+    "cachescout_gsm8k": (3600, 7000, 14000),
+    "swesmith_swe_agent": (14000, 21000, 35000),
+}
+
+
+@dataclass
+class SuiteTrace:
+    name: str
+    trace: Trace
+    capacities: tuple[int, ...]
+    dynamic: bool  # a generated family whose path is decided at run time
+    real: bool
+
+
+def mean_prompt(trace: Trace) -> float:
+    requests = trace.requests
+    return sum(r.prompt_tokens for r in requests) / len(requests)
+
+
+def suite(only: list[str] | None = None) -> Iterator[SuiteTrace]:
+    from agentcache.workloads import DYNAMIC_FAMILIES
+
+    for family in FAMILIES:
+        if only and family not in only:
+            continue
+        trace = generate(family, GENERATED)
+        m = mean_prompt(trace)
+        yield SuiteTrace(family, trace, tuple(int(m * f) for f in CAPACITY_FACTORS), family in DYNAMIC_FAMILIES, False)
+    for name, capacities in REAL_CAPACITIES.items():
+        if only and name not in only:
+            continue
+        yield SuiteTrace(name, read_trace(REAL_TRACES / f"{name}.jsonl"), capacities, False, True)

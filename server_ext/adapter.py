@@ -1,0 +1,104 @@
+"""The SGLang side of the policy core: the pieces the plugin and the replay share.
+
+- :class:`PolicyStrategy` is SGLang's eviction plug point (``EvictionStrategy``)
+  answering with the policy's priority.
+- :class:`TaggedFullComponent` is SGLang's FULL KV component that also keeps a
+  node's tags whole when the tree splits it and counts evictions per node class.
+- :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
+  tree core; :func:`split_at` and :func:`path_nodes` are the tree walks the
+  adapters need.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+from sglang.srt.mem_cache.evict_policy import EvictionStrategy
+from sglang.srt.mem_cache.unified_cache.components import ComponentType, EvictLayer, FullComponent
+
+from agentcache.policy import CachePolicy, NodeClass, tags_of
+from agentcache.policy.base import TAGS_ATTR
+
+FULL = ComponentType.FULL
+
+
+class PolicyStrategy(EvictionStrategy):
+    """Eviction order from an agentcache policy: smallest priority evicted first."""
+
+    def __init__(self, policy: CachePolicy):
+        self.policy = policy
+
+    def get_priority(self, node: Any) -> tuple:
+        return self.policy.priority(node)
+
+
+class TaggedFullComponent(FullComponent):
+    """FULL component that carries agentcache tags across node splits and counts evictions by class."""
+
+    def __init__(self, cache: Any, params: Any):
+        super().__init__(cache, params)
+        self.policy: CachePolicy | None = None
+        self.evicted_tokens: Counter[str] = Counter()
+        self.evicted_nodes: Counter[str] = Counter()
+
+    def redistribute_on_node_split(self, new_parent: Any, child: Any) -> None:
+        super().redistribute_on_node_split(new_parent, child)
+        # Whoever read the whole node read its prefix: the new parent inherits the tags.
+        tags = tags_of(child)
+        if tags is not None:
+            copied = tags.copy()
+            copied.depth = tags.depth - len(child.key)
+            setattr(new_parent, TAGS_ATTR, copied)
+
+    def evict_component(
+        self, node: Any, device_frees: Any, host_frees: Any, cache_actions: Any, target: Any = EvictLayer.DEVICE
+    ) -> tuple[int, int]:
+        freed, host_freed = super().evict_component(node, device_frees, host_frees, cache_actions, target)
+        if freed:
+            node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
+            self.evicted_tokens[node_class] += freed
+            self.evicted_nodes[node_class] += 1
+        return freed, host_freed
+
+
+def install_policy(cache: Any, policy: CachePolicy, *, order_eviction: bool = True) -> None:
+    """Attach `policy` to a UnifiedRadixCache built with TaggedFullComponent.
+
+    With `order_eviction` False the policy only keeps tags and statistics while
+    the cache keeps its own (built-in) eviction strategy.
+    """
+    component = cache.components[FULL]
+    if not isinstance(component, TaggedFullComponent):
+        raise TypeError("the cache must be built with component_registry_override={FULL: TaggedFullComponent}")
+    component.policy = policy
+    if order_eviction:
+        cache.tree_core.eviction_strategy = PolicyStrategy(policy)
+        # The FULL component caches the strategy's bound get_priority on first use.
+        component.session_ref_eviction_strategy = None
+
+
+def path_nodes(cache: Any, node_id: Any) -> list[Any]:
+    """The nodes from the root's child down to `node_id`."""
+    core = cache.tree_core
+    node = core.node_by_id(node_id)
+    path = []
+    while node is not None and node is not core.root_node:
+        path.append(node)
+        node = node.parent
+    path.reverse()
+    return path
+
+
+def split_at(cache: Any, key: Any, values: Any, cut: int, priority: int = 0) -> None:
+    """Make a node boundary fall exactly `cut` tokens into an already inserted `key`.
+
+    Re-inserting a prefix that the tree already holds splits the node it ends
+    in and frees nothing (prev_prefix_len covers it); SGLang uses the same
+    insert to split a request's prompt from its output.
+    """
+    if 0 < cut < len(key):
+        cache.insert(
+            InsertParams(key=key[:cut], value=values[:cut], prev_prefix_len=cut, inserted_len=cut, priority=priority)
+        )

@@ -1,0 +1,196 @@
+"""The radix cache backend `agentcache`: SGLang's UnifiedRadixCache with its eviction ordered by a policy.
+
+Runs in each scheduler process. It keeps SGLang's cache (and HiCache) whole,
+on the Python tree core, and adds:
+
+- per request: the validated tags, registered once when the scheduler creates
+  the request (``observe``);
+- per insert: a node boundary at the fixed-prompt offset, and the path tagged
+  with the request's workflow and agent (``checkpoint_into_tree``);
+- control operations (end a workflow, statistics) applied in the scheduler
+  thread, in the order SGLang delivers them to every rank.
+
+The policy clock is the time the HTTP process stamped on each tagged request
+and end event, so every tensor-parallel rank sees the same clock and makes
+the same decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, OrderedDict
+from typing import Any, NamedTuple
+
+from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
+from agentcache.server_ext.config import PluginConfig
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+from agentcache import wire
+from agentcache.policy import CachePolicy, RequestTags, WorkflowRegistry, make_policy
+
+logger = logging.getLogger("agentcache")
+
+RECENT_WORKFLOWS = 10_000  # per-workflow records kept for /stats, oldest dropped first
+
+
+class RequestInfo(NamedTuple):
+    tags: RequestTags
+    ts: float
+    tenant: str
+
+
+class AgentCache(UnifiedRadixCache):
+    config: PluginConfig = PluginConfig()  # set by the factory before construction
+
+    def __init__(self, params: Any):
+        super().__init__(params)
+        cfg = self.config
+        registry = WorkflowRegistry(lease_s=cfg.lease_s)
+        self.policy: CachePolicy = make_policy(cfg.policy, registry=registry, call_graph=cfg.call_graph)
+        install_policy(self, self.policy)
+        self.component: TaggedFullComponent = self.components[FULL]
+        self.now = 0.0
+        self._requests: dict[str, RequestInfo] = {}
+        self.counters: Counter[str] = Counter()
+        self.invalid_tags: Counter[str] = Counter()
+        self.workflows: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        logger.info(
+            "agentcache: policy %s, lease %.0f s, tree core %s", cfg.policy, cfg.lease_s, type(self.tree_core).__name__
+        )
+
+    # -- requests
+
+    def observe(self, req: Any) -> None:
+        """Register a new request's tags (called once per request, on every rank)."""
+        params = getattr(req.sampling_params, "custom_params", None)
+        raw = wire.find(params)
+        self.counters["requests"] += 1
+        if raw is None:
+            self.counters["untagged_requests"] += 1
+            return
+        if isinstance(raw, dict) and "invalid" in raw:  # the HTTP process already refused these tags
+            self.invalid_tags[str(raw["invalid"])] += 1
+            return
+        try:
+            tags = wire.parse(raw)
+        except wire.TagError as exc:
+            self.invalid_tags[exc.reason] += 1
+            return
+        ts = raw.get("ts")
+        ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time()
+        self.now = max(self.now, ts)
+        tenant = raw.get("tenant") if isinstance(raw.get("tenant"), str) else ""
+        scoped = scope(tenant, tags.workflow)
+        fixed = tags.fixed_tokens or 0
+        request_tags = RequestTags(scoped, tags.agent, min(fixed, len(req.origin_input_ids)))
+        self._requests[req.rid] = RequestInfo(request_tags, self.now, tenant)
+        self.counters["tagged_requests"] += 1
+        self.policy.on_request(request_tags, self.now)
+        record = self.workflows.get(scoped)
+        if record is None:
+            if len(self.workflows) >= RECENT_WORKFLOWS:
+                self.workflows.popitem(last=False)
+            record = self.workflows[scoped] = {"requests": 0, "agents": {}, "ended": False}
+        record["requests"] += 1
+        name = tags.agent_name or tags.agent
+        record["agents"][name] = record["agents"].get(name, 0) + 1
+        if tags.agent_name:
+            record.setdefault("agent_ids", {})[tags.agent_name] = tags.agent
+
+    def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
+        super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+        info = self._requests.get(req.rid)
+        if info is None or self.disable or req.last_node is None:
+            return
+        path = path_nodes(self, req.last_node)
+        held = sum(len(n.key) for n in path)
+        fixed = info.tags.fixed_tokens - info.tags.fixed_tokens % self.page_size
+        if 0 < fixed < held:
+            key = RadixKey(
+                req.full_untruncated_fill_ids[:fixed],
+                req.extra_key,
+                is_bigram=self.tree_core.is_eagle,
+                cache_salt=req.cache_salt,
+            ).page_aligned(self.page_size)
+            split_at(self, key, self.path_device_indices(req.last_node), len(key), priority=req.priority or 0)
+            path = path_nodes(self, req.last_node)
+        finished = req.finished()
+        matched = getattr(req, "cached_tokens", 0) if finished else 0
+        self.policy.tag_path(path, info.tags, info.ts, matched)
+        if finished:
+            self.counters["prompt_tokens"] += len(req.origin_input_ids)
+            self.counters["hit_tokens"] += getattr(req, "cached_tokens", 0)
+            self.counters["host_hit_tokens"] += getattr(req, "cached_tokens_host", 0)
+
+    def on_release(self, req: Any, *, checkpointed: bool) -> None:
+        super().on_release(req, checkpointed=checkpointed)
+        self._requests.pop(req.rid, None)
+
+    # -- control
+
+    def end_workflow(self, tenant: str, workflow: str, ts: float) -> bool:
+        self.now = max(self.now, ts)
+        scoped = scope(tenant, workflow)
+        ended = self.policy.on_end(scoped, self.now)
+        if ended:
+            self.counters["ended_workflows"] += 1
+            record = self.workflows.get(scoped)
+            if record is not None:
+                record["ended"] = True
+        else:
+            self.counters["unknown_end_events"] += 1
+        return ended
+
+    def stats(self, tenant: str | None = None) -> dict[str, Any]:
+        """Counters, and the per-workflow records `tenant` may see (all of them when tenant is None)."""
+        registry = self.policy.registry
+        c = self.counters
+        workflows = {unscope(k): v for k, v in self.workflows.items() if tenant is None or tenant_of(k) == tenant}
+        return {
+            "policy": self.config.policy,
+            "active_workflows": len(registry),
+            "retired_workflows": registry.retired_count,
+            "expired_workflows": registry.expired_count,
+            "requests": c["requests"],
+            "tagged_requests": c["tagged_requests"],
+            "untagged_requests": c["untagged_requests"],
+            "invalid_tags": dict(self.invalid_tags),
+            "prompt_tokens": c["prompt_tokens"],
+            "hit_tokens": c["hit_tokens"],
+            "host_hit_tokens": c["host_hit_tokens"],
+            "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
+            "ended_workflows": c["ended_workflows"],
+            "unknown_end_events": c["unknown_end_events"],
+            "evicted_tokens": dict(self.component.evicted_tokens),
+            "evicted_nodes": dict(self.component.evicted_nodes),
+            "cached_tokens": self.total_size()[0],
+            "workflows": workflows,
+        }
+
+
+def scope(tenant: str, workflow: str) -> str:
+    """Workflow ids are scoped per tenant, so tenants can never touch each other's workflows."""
+    return f"{tenant}\x1f{workflow}" if tenant else workflow
+
+
+def unscope(key: str) -> str:
+    return key.split("\x1f", 1)[1] if "\x1f" in key else key
+
+
+def tenant_of(key: str) -> str:
+    return key.split("\x1f", 1)[0] if "\x1f" in key else ""
+
+
+def build_agentcache(ctx: Any) -> UnifiedRadixCache:
+    """The factory behind `--radix-cache-backend agentcache`."""
+    from sglang.srt.mem_cache.registry import create_unified_radix_cache
+
+    AgentCache.config = PluginConfig.from_env()
+    ctx.params.tree_core_backend = "python"  # the Rust core cannot take a Python eviction strategy
+    ctx.params.component_registry_override = {
+        **(ctx.params.component_registry_override or {}),
+        FULL: TaggedFullComponent,
+    }
+    return create_unified_radix_cache(ctx, cache_class=AgentCache)

@@ -1,0 +1,213 @@
+"""`agentcache serve`: start SGLang with the plugin and the right flags, and stop the whole process tree.
+
+On a machine without a GPU it runs SGLang's CPU engine (torch-native attention)
+and, when no model is given, makes a small random-weight model once and reuses
+it. The CPU work-arounds (SGLANG_USE_CPU_ENGINE, the HiCache shims applied by
+the plugin) apply in CPU mode only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from agentcache.server_ext.model import is_model_dir, make_model
+
+DEFAULT_PORT = 30000
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def default_model_dir(size: str) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "agentcache" / "models" / f"{size}-v1"
+
+
+def ensure_model(model_path: str | None, size: str) -> str:
+    """The model to serve: the one given, else the bundled default (made once)."""
+    if model_path:
+        return model_path
+    path = default_model_dir(size)
+    if not is_model_dir(path):
+        print(f"agentcache: making a {size} random-weight model in {path} (once)", file=sys.stderr)
+        make_model(path, size)
+    return str(path)
+
+
+@dataclass
+class ServeOptions:
+    model_path: str | None = None
+    model_size: str = "small"
+    policy: str = "pbkv"
+    cpu: bool | None = None  # None: CPU mode exactly when there is no GPU
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    max_total_tokens: int | None = None  # KV capacity in tokens (SGLang sizes it from memory otherwise)
+    hicache: bool = False
+    lease_s: float | None = None
+    call_graph: str | None = None
+    api_key: str | None = None
+    enable_metrics: bool = True
+    extra_args: list[str] = field(default_factory=list)
+    log_path: str | None = None
+
+    @property
+    def cpu_mode(self) -> bool:
+        return self.cpu if self.cpu is not None else not has_gpu()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start SGLang with the plugin."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_path,
+        "--host",
+        opts.host,
+        "--port",
+        str(opts.port),
+        "--radix-cache-backend",
+        "agentcache",
+        "--agentcache-policy",
+        opts.policy,
+    ]
+    env = dict(os.environ)
+    if opts.lease_s is not None:
+        cmd += ["--agentcache-lease", str(opts.lease_s)]
+    if opts.call_graph:
+        cmd += ["--agentcache-call-graph", opts.call_graph]
+    if opts.max_total_tokens:
+        cmd += ["--max-total-tokens", str(opts.max_total_tokens)]
+    if opts.api_key:
+        cmd += ["--api-key", opts.api_key]
+    if opts.enable_metrics:
+        cmd += ["--enable-metrics"]
+    if opts.cpu_mode:
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        cmd += ["--device", "cpu", "--attention-backend", "torch_native", "--skip-server-warmup"]
+        if opts.hicache:
+            cmd += ["--hicache-io-backend", "direct", "--hicache-mem-layout", "layer_first"]
+    if opts.hicache:
+        cmd += ["--enable-hierarchical-cache", "--hicache-ratio", "4", "--hicache-write-policy", "write_through"]
+    cmd += opts.extra_args
+    return cmd, env
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class Server:
+    """A running SGLang server with the plugin; a context manager that always stops the whole tree."""
+
+    def __init__(self, opts: ServeOptions):
+        self.opts = opts
+        self.process: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def base_url(self) -> str:
+        return self.opts.base_url
+
+    def start(self, timeout_s: float = 300.0) -> Server:
+        model = ensure_model(self.opts.model_path, self.opts.model_size)
+        cmd, env = sglang_command(self.opts, model)
+        self._log = open(self.opts.log_path, "ab") if self.opts.log_path else None
+        # A new session: the server and every process it spawns form one group we can signal together.
+        self.process = subprocess.Popen(
+            cmd,
+            env=env,
+            start_new_session=True,
+            stdout=self._log or None,
+            stderr=subprocess.STDOUT if self._log else None,
+        )
+        self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        headers = {"Authorization": f"Bearer {self.opts.api_key}"} if self.opts.api_key else {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ServerError(
+                    f"SGLang exited with status {self.process.returncode} while starting" + self._log_hint()
+                )
+            try:
+                r = httpx.get(f"{self.base_url}/agentcache/v1/health", headers=headers, timeout=5.0)
+                if r.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise ServerError(f"SGLang did not become ready in {timeout_s:.0f} s" + self._log_hint())
+
+    def _log_hint(self) -> str:
+        return f" (log: {self.opts.log_path})" if self.opts.log_path else ""
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+        elif process is not None:
+            _signal_group(process, signal.SIGKILL)  # children may outlive a dead launcher
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Server:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def serve_forever(opts: ServeOptions) -> int:
+    """Run until SGLang exits or we get SIGINT/SIGTERM; then stop everything."""
+    server = Server(opts)
+
+    def stop(signum: int, _frame: object) -> None:
+        server.stop()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.start()
+    print(
+        f"agentcache: serving on {opts.base_url} (policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
+        file=sys.stderr,
+    )
+    assert server.process is not None
+    code = server.process.wait()
+    server.stop()
+    return code

@@ -1,0 +1,147 @@
+"""Entry point of the SGLang plugin (entry-point group ``sglang.srt.plugins``).
+
+SGLang calls ``register()`` once in every process it starts. In the launcher
+(which also serves HTTP) it adds the ``--agentcache-*`` flags, the tag intake
+hooks and the control routes; in the scheduler processes it registers the
+``agentcache`` radix-cache backend and the handlers that feed it. SGLang
+swallows exceptions raised here, so failures are logged loudly instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+
+logger = logging.getLogger("agentcache")
+
+BACKEND = "agentcache"
+
+
+def register() -> None:
+    try:
+        from agentcache.server_ext.ipc import register_ipc_types
+
+        register_ipc_types()
+        if multiprocessing.parent_process() is None:
+            _register_launcher()
+        elif _is_scheduler_process():
+            _register_worker()
+    except Exception:
+        logger.exception("agentcache: plugin registration failed")
+        raise
+
+
+# ---------------------------------------------------------------- launcher / HTTP process
+
+
+def _add_cli_args(result, parser):  # noqa: ANN001 - AFTER hook on ServerArgs.add_cli_args
+    group = parser.add_argument_group("agentcache")
+    group.add_argument(
+        "--agentcache-policy", default=None, help="eviction policy of --radix-cache-backend agentcache (default pbkv)"
+    )
+    group.add_argument(
+        "--agentcache-lease", type=float, default=None, help="seconds without a request before a workflow is retired"
+    )
+    group.add_argument("--agentcache-call-graph", default=None, help="JSON file with the static call graph (kvflow)")
+    return None
+
+
+def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.from_cli_args
+    from agentcache.server_ext import config
+
+    # Exported before SGLang spawns its schedulers, which inherit the environment.
+    for flag, env in (
+        ("agentcache_policy", config.POLICY_ENV),
+        ("agentcache_lease", config.LEASE_ENV),
+        ("agentcache_call_graph", config.CALL_GRAPH_ENV),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            os.environ[env] = str(value)
+    config.PluginConfig.from_env()  # fail at start-up, in the launcher, not later in a scheduler
+    if getattr(args, "radix_cache_backend", None) != BACKEND and getattr(args, "agentcache_policy", None):
+        logger.warning("agentcache: --agentcache-policy has no effect without --radix-cache-backend %s", BACKEND)
+
+
+def _before_http_server(*args, **kwargs):  # noqa: ANN001 - BEFORE hook on http_server._setup_and_run_http_server
+    from agentcache.server_ext.http import add_routes
+    from sglang.srt.entrypoints import http_server
+
+    add_routes(http_server.app)
+
+
+def _register_launcher() -> None:
+    from agentcache.server_ext import http
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", _add_cli_args, HookType.AFTER)
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", _capture_cli_args, HookType.BEFORE)
+    HookRegistry.register(
+        "sglang.srt.entrypoints.http_server._setup_and_run_http_server", _before_http_server, HookType.BEFORE
+    )
+    HookRegistry.register(
+        "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",
+        http._after_chat_conversion,
+        HookType.AFTER,
+    )
+    HookRegistry.register(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request",
+        http._before_generate,
+        HookType.BEFORE,
+    )
+
+
+# ---------------------------------------------------------------- scheduler processes
+
+
+def _is_scheduler_process() -> bool:
+    """Children other than the detokenizer and the data-parallel controller (both name themselves first)."""
+    try:
+        from setproctitle import getproctitle
+    except ImportError:
+        return True
+    title = getproctitle()
+    return "detokenizer" not in title and "data_parallel_controller" not in title
+
+
+def _observe_request(req, scheduler, *args, **kwargs):  # noqa: ANN001 - AFTER hook on Scheduler._create_generation_req
+    from agentcache.server_ext.cache import AgentCache
+
+    cache = getattr(scheduler, "tree_cache", None)
+    if isinstance(cache, AgentCache):
+        try:
+            cache.observe(req)
+        except Exception:  # a tagging bug must never drop a request
+            logger.exception(
+                "agentcache: could not register request %s; it is served untagged", getattr(req, "rid", "?")
+            )
+    return None
+
+
+def _install_control_handler(result, scheduler):  # noqa: ANN001 - AFTER hook on Scheduler.init_request_dispatcher
+    from agentcache.server_ext.control import handle_control
+    from agentcache.server_ext.ipc import AgentCacheControl
+    from sglang.utils import TypeBasedDispatcher
+
+    scheduler._request_dispatcher += TypeBasedDispatcher(
+        [(AgentCacheControl, lambda req: handle_control(scheduler, req))]
+    )
+    return None
+
+
+def _register_worker() -> None:
+    from agentcache.server_ext.cache import build_agentcache
+    from agentcache.server_ext.cpu import apply_cpu_hicache_shims
+    from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    if get_radix_cache_factory(BACKEND) is None:
+        register_radix_cache_backend(BACKEND, build_agentcache)
+    apply_cpu_hicache_shims()
+    HookRegistry.register(
+        "sglang.srt.managers.scheduler.Scheduler._create_generation_req", _observe_request, HookType.AFTER
+    )
+    HookRegistry.register(
+        "sglang.srt.managers.scheduler.Scheduler.init_request_dispatcher", _install_control_handler, HookType.AFTER
+    )

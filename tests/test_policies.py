@@ -1,0 +1,213 @@
+"""Each policy's eviction order on small hand-built trees, derived from its formula.
+
+The policy core is engine-agnostic, so these trees are plain objects with the
+three attributes a policy reads from an engine node; test_replay.py checks the
+same policies inside SGLang's real cache.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import count
+
+import pytest
+from agentcache.predictor import END, Predictor
+
+from agentcache.policy import AgentStepGraph, NodeClass, RequestTags, WorkflowRegistry, make_policy, tags_of
+from agentcache.policy.pbkv import PAPER, Ingredients, PBKVPolicy
+
+_clock = count(1)
+
+
+class Node:
+    """A radix node as a policy sees it."""
+
+    def __init__(self, name: str, tokens: int = 10):
+        self.name = name
+        self.key = [0] * tokens
+        self.hit_count = 0
+        self.last_access_time = next(_clock)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def touch(policy, path, workflow, agent, now, fixed_tokens=0, matched=0):
+    tags = RequestTags(workflow, agent, fixed_tokens)
+    policy.on_request(tags, now)
+    for node in path:
+        node.last_access_time = next(_clock)
+    policy.tag_path(path, tags, now, matched)
+
+
+def eviction_order(policy, nodes):
+    return [n.name for n in sorted(nodes, key=policy.priority)]
+
+
+class FixedForecast(Predictor):
+    """A predictor whose forecast for a workflow is set by the test (by the workflow's current agent)."""
+
+    def __init__(self, by_agent, horizon=2):
+        super().__init__(horizon)
+        self.by_agent = by_agent
+
+    def predict(self, path, hidden=None):
+        return self.by_agent.get(path[-1] if path else None, [{END: 1.0}] * self.horizon)
+
+
+def test_lru_is_recency():
+    policy = make_policy("lru")
+    a, b, c = Node("a"), Node("b"), Node("c")
+    touch(policy, [b], "w1", "x", 0)
+    touch(policy, [a], "w2", "x", 1)
+    touch(policy, [c], "w3", "x", 2)
+    assert eviction_order(policy, [a, b, c]) == ["b", "a", "c"]
+
+
+def test_lifecycle_evicts_nodes_only_ended_workflows_used_first():
+    policy = make_policy("lifecycle")
+    old_active, shared, ended_new = Node("old_active"), Node("shared"), Node("ended_new")
+    touch(policy, [old_active], "w1", "x", 0)
+    touch(policy, [shared], "w2", "x", 1)
+    touch(policy, [shared, ended_new], "w3", "x", 2)
+    policy.on_end("w3", 3)
+    assert policy.classify(ended_new) == NodeClass.RETIRED
+    assert policy.classify(shared) != NodeClass.RETIRED  # w2 still active
+    assert eviction_order(policy, [old_active, shared, ended_new]) == ["ended_new", "old_active", "shared"]
+    assert not policy.on_end("w3", 4)  # a second end is a no-op
+
+
+def test_kvflow_steps_to_execution_or_and_and():
+    graph = AgentStepGraph({"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": ["a"]})
+    steps = graph.steps_from("a")
+    assert steps["b"] == 1 and steps["c"] == 1 and steps["d"] == 2 and steps["a"] == 3
+    join = AgentStepGraph({"a": ["b"], "b": ["c", "d"], "c": ["d"]}, and_joins=["d"])
+    s = join.steps_from("a")
+    assert s["c"] == 2 and s["d"] == 3  # AND: max(E(b), E(c)) + 1, OR would give 2
+    assert math.isinf(join.steps_from("d")["a"])
+
+
+def test_kvflow_orders_fixed_prompts_by_steps_and_dynamic_first():
+    policy = make_policy("kvflow", call_graph={"a": ["b"], "b": ["c"], "c": ["a"]})
+    sys_a, sys_b, sys_c, hist = Node("sys_a"), Node("sys_b"), Node("sys_c"), Node("hist")
+    touch(policy, [sys_b], "w0", "b", 0, fixed_tokens=10)
+    touch(policy, [sys_c], "w0", "c", 1, fixed_tokens=10)
+    touch(policy, [sys_a, hist], "w0", "a", 2, fixed_tokens=10)
+    # w0 is at a: E(b)=1, E(c)=2, E(a)=3; the dynamic suffix goes first
+    assert eviction_order(policy, [sys_a, sys_b, sys_c, hist]) == ["hist", "sys_a", "sys_c", "sys_b"]
+    # a second workflow at b: E(c) = min(2, 1) = 1 and E(a) = min(3, 2) = 2 (min over workflows);
+    # sys_b and sys_c tie at 1, and LRU breaks the tie
+    touch(policy, [Node("x")], "w1", "b", 3)
+    assert eviction_order(policy, [sys_a, sys_b, sys_c]) == ["sys_a", "sys_b", "sys_c"]
+
+
+def test_cachescout_is_lru_when_unpredictable_and_survival_when_predictable():
+    policy = make_policy("cachescout")
+    nodes = {a: Node(f"sys_{a}") for a in "abc"}
+    # First requests: no transition seen yet, predictability 0 -> recency decides.
+    touch(policy, [nodes["a"]], "w", "a", 0, fixed_tokens=10)
+    touch(policy, [nodes["b"]], "w", "b", 1, fixed_tokens=10)
+    assert policy.predictability() == 1.0  # one transition seen, fully predictable
+    # Learn a -> b -> c -> a deterministically over many workflows.
+    t = 2
+    for i in range(20):
+        for a in "abc":
+            touch(policy, [nodes[a]], f"v{i}", a, t, fixed_tokens=10)
+            t += 1
+        policy.on_end(f"v{i}", t)
+    policy.on_end("w", t)
+    touch(policy, [nodes["a"]], "live", "a", t + 1, fixed_tokens=10)
+    # live workflow at a: b is 1 hop (p = 3/4), c 2 hops (1/2), a 3 hops (1/4)
+    assert eviction_order(policy, list(nodes.values())) == ["sys_a", "sys_c", "sys_b"]
+
+
+def test_pbkv_paper_score_is_the_formula():
+    forecast = {
+        "a": [{"b": 0.6, "c": 0.3, END: 0.1}, {"c": 0.5, "b": 0.2, END: 0.3}],
+        "b": [{"c": 1.0}, {END: 1.0}],
+    }
+    gamma = 0.5
+    policy = PBKVPolicy(predictor=FixedForecast(forecast), gamma=gamma, ingredients=PAPER)
+    hb, hc, shared, retired = Node("hist_b"), Node("hist_c"), Node("shared"), Node("retired")
+    touch(policy, [retired], "gone", "b", 0)
+    policy.on_end("gone", 0.5)
+    touch(policy, [shared, hb], "w1", "b", 1)  # w1 read hb as agent b
+    touch(policy, [shared, hc], "w2", "c", 2)  # w2 read hc as agent c
+    touch(policy, [Node("x")], "w1", "a", 3)  # w1 moves on to agent a
+    touch(policy, [Node("y")], "w2", "b", 4)  # w2 moves on to agent b
+    # v_w1 from a: b = 0.6 + 0.5*0.2 = 0.7, c = 0.3 + 0.5*0.5 = 0.55; v_w2 from b: c = 1.0
+    assert policy.score(hb) == pytest.approx(0.7)
+    assert policy.score(hc) == pytest.approx(1.0)
+    assert policy.score(shared) == pytest.approx(0.7 + 1.0)  # summed over workflows (w1 as b, w2 as c)
+    assert eviction_order(policy, [shared, hc, hb, retired]) == ["retired", "hist_b", "hist_c", "shared"]
+
+
+def test_pbkv_values_fixed_prompts_by_every_active_workflow():
+    forecast = {"planner": [{"coder": 1.0}, {"tester": 1.0}], "coder": [{"tester": 1.0}, {END: 1.0}]}
+    only_fixed = Ingredients(arrivals=False, timing=False, evidence=False, fallback=False)
+    paper = PBKVPolicy(predictor=FixedForecast(forecast), gamma=0.5, ingredients=PAPER)
+    ours = PBKVPolicy(predictor=FixedForecast(forecast), gamma=0.5, ingredients=only_fixed)
+    for policy in (paper, ours):
+        sys_tester = Node("sys_tester")
+        touch(policy, [sys_tester], "old", "tester", 0, fixed_tokens=10)
+        policy.on_end("old", 1)
+        for i in range(3):  # three workflows at the planner, none has called the tester yet
+            touch(policy, [Node(f"p{i}")], f"w{i}", "planner", 2 + i, fixed_tokens=10)
+        policy.sys_tester = sys_tester
+    assert paper.score(paper.sys_tester) == 0.0  # no active workflow touched it
+    assert paper.priority(paper.sys_tester)[0] == 0  # ... so it is "retired"
+    assert ours.score(ours.sys_tester) == pytest.approx(3 * 0.5)  # each: tester at step 2, gamma^1
+
+
+def test_pbkv_arrivals_keep_the_entry_agents_prompt():
+    policy = make_policy("pbkv")
+    sys_planner = Node("sys_planner")
+    t = 0.0
+    for i in range(30):  # workflows start every 2 s; each calls planner then coder, 1 s apart
+        touch(policy, [sys_planner], f"w{i}", "planner", t, fixed_tokens=10)
+        touch(policy, [Node(f"c{i}")], f"w{i}", "coder", t + 1.0, fixed_tokens=10)
+        policy.on_end(f"w{i}", t + 1.5)
+        t += 2.0
+    # no active workflow will call the planner again, but new workflows will
+    assert policy.score(sys_planner) > 0.3
+
+
+def test_belady_evicts_the_farthest_next_use():
+    next_use = {"soon": 3, "late": 10, "never": math.inf}
+    policy = make_policy("belady", next_use=lambda node: next_use[node.name])
+    nodes = [Node("late"), Node("never"), Node("soon")]
+    assert eviction_order(policy, nodes) == ["never", "late", "soon"]
+
+
+def test_registry_leases_retire_silent_workflows():
+    registry = WorkflowRegistry(lease_s=10)
+    policy = make_policy("lifecycle", registry=registry)
+    n = Node("n")
+    touch(policy, [n], "quiet", "a", 0)
+    touch(policy, [Node("m")], "busy", "a", 5)
+    assert registry.is_active("quiet")
+    touch(policy, [Node("k")], "busy", "a", 12)  # 12 s after quiet's last request
+    assert not registry.is_active("quiet") and registry.expired_count == 1
+    assert policy.classify(n) == NodeClass.RETIRED
+
+
+def test_tags_record_workflows_agents_fixed_and_hits():
+    policy = make_policy("lru")
+    a, b = Node("a", 100), Node("b", 50)
+    touch(policy, [a, b], "w", "coder", 0, fixed_tokens=100, matched=120)
+    ta, tb = tags_of(a), tags_of(b)
+    assert ta.workflows == {"w": {"coder"}} and ta.fixed_agents == {"coder"} and ta.depth == 100 and ta.hits == 1
+    assert tb.fixed_agents == set() and tb.depth == 150 and tb.hits == 0
+
+
+def test_unknown_policy_and_missing_inputs_are_clear_errors():
+    from agentcache.policy import PolicyConfigError
+
+    with pytest.raises(PolicyConfigError, match="unknown policy"):
+        make_policy("lrux")
+    with pytest.raises(PolicyConfigError, match="call graph"):
+        make_policy("kvflow")
+    with pytest.raises(PolicyConfigError, match="offline"):
+        make_policy("belady")
+    with pytest.raises(PolicyConfigError, match="unknown ablation"):
+        make_policy("pbkv/-magic")

@@ -1,0 +1,203 @@
+"""The replay drives SGLang's real UnifiedRadixCache, and its numbers obey the invariants they must."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentcache.policy import ONLINE_POLICIES, RequestTags, make_policy
+from agentcache.replay.engine import BUILTIN_STRATEGIES, ReplayCache
+from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay, replay_policy
+from agentcache.replay.tokens import TokenCodec
+from agentcache.trace import Request, Segment
+
+FULL = None
+
+
+def full():
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+    return ComponentType.FULL
+
+
+class CheckedReplayCache(ReplayCache):
+    """A ReplayCache that checks SGLang's own accounting after every request and every eviction."""
+
+    evictions = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        component = self.component
+        original = component.evict_component
+        ct = full()
+
+        def evict_component(node, *a, **kw):
+            assert node.component_data[ct].lock_ref == 0, "a locked node was evicted"
+            CheckedReplayCache.evictions += 1
+            return original(node, *a, **kw)
+
+        component.evict_component = evict_component
+
+    def serve(self, enc, tags, now):
+        result = super().serve(enc, tags, now)
+        assert 0 <= result.hit_tokens <= enc.prompt_len - 1
+        tree_tokens, _ = self.cache.total_size()
+        assert self.allocator.available_size() + tree_tokens == self.capacity, "slots leaked or double-counted"
+        assert self.held_tokens() <= self.capacity
+        assert self.cache.protected_size() == 0, "a lock outlived its request"
+        return result
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    import agentcache.replay.runner as runner
+
+    monkeypatch.setattr(runner, "ReplayCache", CheckedReplayCache)
+    CheckedReplayCache.evictions = 0
+    return CheckedReplayCache
+
+
+def mean_prompt(prepared):
+    return sum(e.prompt_len for e in prepared.encoded) / len(prepared.encoded)
+
+
+def test_the_replay_uses_sglangs_unified_radix_cache_and_our_strategy():
+    from agentcache.server_ext.adapter import PolicyStrategy
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    cache = ReplayCache(1000, make_policy("pbkv"))
+    assert type(cache.cache) is UnifiedRadixCache
+    assert type(cache.cache.tree_core) is UnifiedTreeCore  # the Python tree core, which honours strategies
+    assert isinstance(cache.cache.tree_core.eviction_strategy, PolicyStrategy)
+    builtin = ReplayCache(1000, make_policy("lru"), builtin="lfu")
+    assert type(builtin.cache.tree_core.eviction_strategy).__name__ == "LFUStrategy"
+
+
+def test_node_boundaries_fall_at_the_fixed_prompt_and_the_prompt_and_tags_reach_nodes():
+    from agentcache.server_ext.adapter import path_nodes
+
+    policy = make_policy("lru")
+    cache = ReplayCache(10_000, policy)
+    codec = TokenCodec()
+    req = Request(0.0, "w1", "coder", (Segment("sys", 300), Segment("task", 50)), 1, 40, "out")
+    enc = codec.encode(req, 0)
+    tags = RequestTags("w1", "coder", enc.fixed_len)
+    policy.on_request(tags, 0.0)
+    assert cache.serve(enc, tags, 0.0).hit_tokens == 0
+    leaf = cache.cache.match_prefix(
+        __import__("sglang.srt.mem_cache.base_prefix_cache", fromlist=["MatchPrefixParams"]).MatchPrefixParams(
+            key=__import__("sglang.srt.mem_cache.radix_cache", fromlist=["RadixKey"]).RadixKey(
+                __import__("array").array("q", enc.tokens[:-1])
+            )
+        )
+    ).last_device_node
+    path = path_nodes(cache.cache, leaf)
+    ends, depth = [], 0
+    for node in path:
+        depth += len(node.key)
+        ends.append(depth)
+    assert 300 in ends and 350 in ends and ends[-1] == 389  # fixed, prompt, prompt + output - 1
+    for node in path:
+        t = node.agentcache_tags
+        assert t.workflows == {"w1": {"coder"}}
+        assert (t.fixed_agents == {"coder"}) == (t.depth <= 300)
+    # the same prompt again hits everything but its last token
+    policy.on_request(tags, 1.0)
+    assert cache.serve(codec.encode(req, 1), tags, 1.0).hit_tokens == 349
+
+
+def test_oversized_requests_are_counted_not_cached():
+    policy = make_policy("lru")
+    cache = ReplayCache(100, policy)
+    enc = TokenCodec().encode(Request(0.0, "w", "a", (Segment("s", 200),), 1, 5), 0)
+    result = cache.serve(enc, RequestTags("w", "a", 200), 0.0)
+    assert not result.admitted and result.hit_tokens == 0 and cache.stats.oversized == 1
+    assert cache.held_tokens() == 0
+
+
+@pytest.mark.parametrize("family", ["code-retry", "group-chat"])
+def test_replay_invariants_hold_for_every_policy(family, small_traces, checked):
+    prepared = PreparedTrace(small_traces[family])
+    capacity = int(mean_prompt(prepared) * 4)
+    for name in (*ONLINE_POLICIES, "belady", "lfu", "slru"):
+        result = replay_policy(prepared, name, capacity)
+        assert result.requests == len(prepared.requests)
+        assert result.hit_tokens + result.recomputed_tokens == result.prompt_tokens
+        assert 0.0 < result.hit_rate < 1.0
+        assert result.oversized_requests == 0
+    assert checked.evictions > 0, "the capacity was tight enough to evict"
+
+
+# Farthest-next-use is optimal for unit-size pages. Radix nodes differ in size and go whole,
+# so an online policy can edge past it by a hair (seen: 0.18 points, kvflow at 3x the mean
+# prompt on code-retry); a bug in its look-ahead would put it far below.
+BELADY_SLACK = 0.005
+
+
+@pytest.mark.parametrize("family", ["code-retry", "fact-verify", "pipeline", "group-chat"])
+def test_belady_is_at_least_every_online_policy(family, small_traces):
+    prepared = PreparedTrace(small_traces[family])
+    for factor in (3, 8):
+        capacity = int(mean_prompt(prepared) * factor)
+        results = [replay_policy(prepared, name, capacity) for name in (*ONLINE_POLICIES, "lfu", "slru", "belady")]
+        best = max(results[:-1], key=lambda r: r.hit_rate)
+        assert results[-1].hit_rate >= best.hit_rate - BELADY_SLACK, (
+            f"{family} at {capacity}: belady {results[-1].hit_rate:.4f} below {best.policy} {best.hit_rate:.4f}"
+        )
+
+
+def test_our_lru_is_sglangs_lru(small_traces):
+    prepared = PreparedTrace(small_traces["fact-verify"])
+    capacity = int(mean_prompt(prepared) * 4)
+    ours = replay_policy(prepared, "lru", capacity)
+    assert "lru" in BUILTIN_STRATEGIES
+    builtin = ReplayCache(capacity, make_policy("lru"), builtin="lru")
+    hits = 0
+    for i, event in enumerate(prepared.requests):
+        enc = prepared.encoded[i]
+        hits += builtin.serve(enc, RequestTags(event.workflow, event.agent, enc.fixed_len), event.ts).hit_tokens
+    assert hits == ours.hit_tokens
+
+
+def test_gap_closed_is_relative_to_lru_and_belady(small_traces):
+    results = replay(small_traces["code-retry"], ["lru", "pbkv", "belady"], [6000])
+    fill_gap_closed(results)
+    by = {r.policy: r for r in results}
+    assert by["lru"].gap_closed == pytest.approx(0.0) and by["belady"].gap_closed == pytest.approx(1.0)
+    expected = (by["pbkv"].hit_rate - by["lru"].hit_rate) / (by["belady"].hit_rate - by["lru"].hit_rate)
+    assert by["pbkv"].gap_closed == pytest.approx(expected)
+
+
+def test_cli_replay_json_and_errors(tmp_path, capsys, small_traces):
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, small_traces["pipeline"])
+    assert main(["replay", str(path), "--capacity", "5000", "--policy", "lru,pbkv,belady,lfu", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [r["policy"] for r in rows] == ["lru", "pbkv", "belady", "lfu"]
+    for key in (
+        "policy",
+        "capacity",
+        "prompt_tokens",
+        "hit_tokens",
+        "hit_rate",
+        "recomputed_tokens",
+        "gap_closed",
+        "modelled_latency_s",
+    ):
+        assert key in rows[0]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"type": "request", "ts": 0, "workflow": "w", "agent": "a", "segments": [["s", 0]], "fixed": 0, "output": 1}\n'
+    )
+    assert main(["replay", str(bad), "--capacity", "100"]) == 2
+    assert "bad.jsonl:1: field 'segments[0][1]'" in capsys.readouterr().err.replace("\n", "")
+    assert main(["replay", str(path), "--capacity", "100", "--policy", "lru,nope"]) == 2
+    assert main(["replay", str(path), "--capacity", "lots"]) == 2
+    plot = tmp_path / "p.png"
+    assert main(["replay", str(path), "--capacity", "5000", "--policy", "lru,pbkv", "--plot", str(plot)]) == 0
+    assert plot.stat().st_size > 10_000
