@@ -161,6 +161,153 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- serve, make-model
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    from agentcache.server_ext.model import SIZES
+
+    p = sub.add_parser(
+        "serve",
+        help="start SGLang with the agentcache plugin",
+        description="Start SGLang 0.5.23 with the agentcache plugin. Extra SGLang flags go after `--`.",
+    )
+    p.add_argument("--model-path", help="model to serve (default: a small random-weight model made locally)")
+    p.add_argument(
+        "--model-size", choices=sorted(SIZES), default="small", help="size of the default model (default %(default)s)"
+    )
+    p.add_argument(
+        "--policy",
+        default="pbkv",
+        help="eviction policy: lru, lifecycle, kvflow, cachescout, pbkv (default %(default)s)",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--cpu", dest="cpu", action="store_true", default=None, help="CPU dev mode (default when there is no GPU)"
+    )
+    mode.add_argument("--gpu", dest="cpu", action="store_false", help="GPU mode")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--max-total-tokens", type=int, help="KV capacity in tokens")
+    p.add_argument("--hicache", action="store_true", help="enable SGLang's host-memory tier (HiCache)")
+    p.add_argument("--lease", type=float, help="seconds without a request before a workflow is retired")
+    p.add_argument("--call-graph", help="JSON file with the static call graph (for kvflow)")
+    p.add_argument("--api-key", help="API key the server requires (also on the agentcache routes)")
+    p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then extra SGLang flags")
+    p.set_defaults(run=_run_serve)
+
+    m = sub.add_parser("make-model", help="write a small random-weight model with a locally trained tokenizer")
+    m.add_argument("output", help="directory to write")
+    m.add_argument("--size", choices=sorted(SIZES), default="small", help="(default %(default)s)")
+    m.set_defaults(run=_run_make_model)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from agentcache.server_ext.launcher import ServeOptions, serve_forever
+
+    extra = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
+    opts = ServeOptions(
+        model_path=args.model_path,
+        model_size=args.model_size,
+        policy=args.policy,
+        cpu=args.cpu,
+        host=args.host,
+        port=args.port,
+        max_total_tokens=args.max_total_tokens,
+        hicache=args.hicache,
+        lease_s=args.lease,
+        call_graph=args.call_graph,
+        api_key=args.api_key,
+        extra_args=extra,
+    )
+    return serve_forever(opts)
+
+
+def _run_make_model(args: argparse.Namespace) -> int:
+    from agentcache.server_ext.model import make_model
+
+    path = make_model(args.output, args.size)
+    console.print(f"wrote a {args.size} random-weight model to {path}")
+    return 0
+
+
+# ---------------------------------------------------------------- demo
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    from agentcache.demo import DemoOptions
+
+    d = DemoOptions()
+    p = sub.add_parser(
+        "demo",
+        help="run concurrent multi-agent workflows against the bundled server, lru vs pbkv",
+        description="Start the bundled SGLang server (CPU dev mode without a GPU) once per policy, run the same "
+        "concurrent multi-agent workflows through the agentcache SDK, and compare hit rate and latency.",
+    )
+    p.add_argument("--policies", default=",".join(d.policies), help="comma-separated (default %(default)s)")
+    p.add_argument("--workflows", type=int, default=d.workflows, help="(default %(default)s)")
+    p.add_argument("--concurrency", type=int, default=d.concurrency, help="workflows in flight (default %(default)s)")
+    p.add_argument(
+        "--capacity", type=int, default=d.capacity, help="server KV capacity in tokens (default %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--port", type=int, default=d.port)
+    p.add_argument("--model-path", help="model to serve (default: a small random-weight model made locally)")
+    p.add_argument("--log-dir", help="write each server's log here")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="end with one JSON line: {policy: {hit_rate, mean_latency_s, p90_latency_s, requests}}",
+    )
+    p.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from agentcache.demo import DemoOptions, run_demo
+
+    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    if not policies:
+        raise UsageError("--policies: give at least one policy")
+    if args.workflows < 1 or args.concurrency < 1:
+        raise UsageError("--workflows and --concurrency must be >= 1")
+    opts = DemoOptions(
+        policies=policies,
+        workflows=args.workflows,
+        concurrency=args.concurrency,
+        capacity=args.capacity,
+        seed=args.seed,
+        port=args.port,
+        model_path=args.model_path,
+        log_dir=args.log_dir,
+    )
+    results = run_demo(opts, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    table = Table(title=f"{args.workflows} concurrent multi-agent workflows, KV capacity {args.capacity} tokens")
+    for column in ("policy", "hit rate", "mean latency (s)", "p90 latency (s)", "requests"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for policy, r in results.items():
+        table.add_row(
+            policy,
+            f"{r['hit_rate']:.1%}",
+            f"{r['mean_latency_s']:.2f}",
+            f"{r['p90_latency_s']:.2f}",
+            str(r["requests"]),
+        )
+    Console().print(table)
+    if "lru" in results and len(results) > 1:
+        base = results["lru"]
+        for policy, r in results.items():
+            if policy != "lru" and r["mean_latency_s"]:
+                Console().print(
+                    f"{policy}: {r['hit_rate'] / max(base['hit_rate'], 1e-9):.2f}x the hit rate of lru, "
+                    f"{base['mean_latency_s'] / r['mean_latency_s']:.2f}x faster on mean latency"
+                )
+    if args.json:
+        print(json.dumps(results))
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -171,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_gen(sub)
     _add_replay(sub)
+    _add_serve(sub)
+    _add_demo(sub)
     return parser
 
 

@@ -1,0 +1,43 @@
+"""agentcache SDK: workflow-aware KV caching for an existing multi-agent app, with one decorator.
+
+    import agentcache_sdk as ac
+
+    ac.configure(base_url="http://127.0.0.1:30000")
+
+    @ac.workflow
+    def solve(task): ...            # every LLM request inside is tagged; leaving ends the workflow
+
+Importing the package installs the request hooks (openai SDK and httpx); they
+only touch requests to the configured server, and only inside a workflow.
+"""
+
+from agentcache_sdk._config import Settings, configure, settings
+from agentcache_sdk._hooks import install as _install
+from agentcache_sdk._workflow import (
+    WorkflowContext,
+    add_agent_name_provider,
+    agent_name,
+    counters,
+    current_agent_name,
+    current_workflow,
+    end_workflow,
+    flush,
+    workflow,
+)
+
+_install()
+
+__all__ = [
+    "Settings",
+    "WorkflowContext",
+    "add_agent_name_provider",
+    "agent_name",
+    "configure",
+    "counters",
+    "current_agent_name",
+    "current_workflow",
+    "end_workflow",
+    "flush",
+    "settings",
+    "workflow",
+]

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -42,6 +43,7 @@ class TaggedFullComponent(FullComponent):
         self.policy: CachePolicy | None = None
         self.evicted_tokens: Counter[str] = Counter()
         self.evicted_nodes: Counter[str] = Counter()
+        self.on_evict: Callable[[str, int], None] | None = None  # (node class, tokens), e.g. for metrics
 
     def redistribute_on_node_split(self, new_parent: Any, child: Any) -> None:
         super().redistribute_on_node_split(new_parent, child)
@@ -60,6 +62,8 @@ class TaggedFullComponent(FullComponent):
             node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
             self.evicted_tokens[node_class] += freed
             self.evicted_nodes[node_class] += 1
+            if self.on_evict is not None:
+                self.on_evict(node_class, freed)
         return freed, host_freed
 
 

@@ -22,13 +22,15 @@ import time
 from collections import Counter, OrderedDict
 from typing import Any, NamedTuple
 
-from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
-from agentcache.server_ext.config import PluginConfig
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from agentcache import wire
 from agentcache.policy import CachePolicy, RequestTags, WorkflowRegistry, make_policy
+from agentcache.policy.base import TAGS_ATTR
+from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
+from agentcache.server_ext.config import PluginConfig
+from agentcache.server_ext.metrics import Metrics
 
 logger = logging.getLogger("agentcache")
 
@@ -43,6 +45,7 @@ class RequestInfo(NamedTuple):
 
 class AgentCache(UnifiedRadixCache):
     config: PluginConfig = PluginConfig()  # set by the factory before construction
+    tp_rank: int = 0
 
     def __init__(self, params: Any):
         super().__init__(params)
@@ -55,6 +58,9 @@ class AgentCache(UnifiedRadixCache):
         self._requests: dict[str, RequestInfo] = {}
         self.counters: Counter[str] = Counter()
         self.invalid_tags: Counter[str] = Counter()
+        self.metrics = Metrics.create(self.tp_rank)
+        if self.metrics is not None:
+            self.component.on_evict = self.metrics.evicted
         self.workflows: OrderedDict[str, dict[str, Any]] = OrderedDict()
         logger.info(
             "agentcache: policy %s, lease %.0f s, tree core %s", cfg.policy, cfg.lease_s, type(self.tree_core).__name__
@@ -66,17 +72,17 @@ class AgentCache(UnifiedRadixCache):
         """Register a new request's tags (called once per request, on every rank)."""
         params = getattr(req.sampling_params, "custom_params", None)
         raw = wire.find(params)
-        self.counters["requests"] += 1
+        self._count("requests")
         if raw is None:
-            self.counters["untagged_requests"] += 1
+            self._count("untagged_requests")
             return
         if isinstance(raw, dict) and "invalid" in raw:  # the HTTP process already refused these tags
-            self.invalid_tags[str(raw["invalid"])] += 1
+            self._invalid(str(raw["invalid"]))
             return
         try:
             tags = wire.parse(raw)
         except wire.TagError as exc:
-            self.invalid_tags[exc.reason] += 1
+            self._invalid(exc.reason)
             return
         ts = raw.get("ts")
         ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time()
@@ -86,7 +92,7 @@ class AgentCache(UnifiedRadixCache):
         fixed = tags.fixed_tokens or 0
         request_tags = RequestTags(scoped, tags.agent, min(fixed, len(req.origin_input_ids)))
         self._requests[req.rid] = RequestInfo(request_tags, self.now, tenant)
-        self.counters["tagged_requests"] += 1
+        self._count("tagged_requests")
         self.policy.on_request(request_tags, self.now)
         record = self.workflows.get(scoped)
         if record is None:
@@ -109,20 +115,20 @@ class AgentCache(UnifiedRadixCache):
         fixed = info.tags.fixed_tokens - info.tags.fixed_tokens % self.page_size
         if 0 < fixed < held:
             key = RadixKey(
-                req.full_untruncated_fill_ids[:fixed],
+                req.full_untruncated_fill_ids[:held],
                 req.extra_key,
                 is_bigram=self.tree_core.is_eagle,
                 cache_salt=req.cache_salt,
-            ).page_aligned(self.page_size)
-            split_at(self, key, self.path_device_indices(req.last_node), len(key), priority=req.priority or 0)
+            )
+            split_at(self, key, self.path_device_indices(req.last_node), fixed, priority=req.priority or 0)
             path = path_nodes(self, req.last_node)
         finished = req.finished()
         matched = getattr(req, "cached_tokens", 0) if finished else 0
         self.policy.tag_path(path, info.tags, info.ts, matched)
         if finished:
-            self.counters["prompt_tokens"] += len(req.origin_input_ids)
-            self.counters["hit_tokens"] += getattr(req, "cached_tokens", 0)
-            self.counters["host_hit_tokens"] += getattr(req, "cached_tokens_host", 0)
+            self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens")
+            self._count("hit_tokens", getattr(req, "cached_tokens", 0), metric="tokens")
+            self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens")
 
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
         super().on_release(req, checkpointed=checkpointed)
@@ -135,13 +141,22 @@ class AgentCache(UnifiedRadixCache):
         scoped = scope(tenant, workflow)
         ended = self.policy.on_end(scoped, self.now)
         if ended:
-            self.counters["ended_workflows"] += 1
+            self._count("ended_workflows")
             record = self.workflows.get(scoped)
             if record is not None:
                 record["ended"] = True
         else:
-            self.counters["unknown_end_events"] += 1
+            self._count("unknown_end_events")
         return ended
+
+    def _count(self, name: str, n: int = 1, metric: str = "event") -> None:
+        self.counters[name] += n
+        if self.metrics is not None:
+            (self.metrics.token if metric == "tokens" else self.metrics.event)(name, n)
+
+    def _invalid(self, reason: str) -> None:
+        self.invalid_tags[reason] += 1
+        self._count(f"invalid_tags_{reason}")
 
     def stats(self, tenant: str | None = None) -> dict[str, Any]:
         """Counters, and the per-workflow records `tenant` may see (all of them when tenant is None)."""
@@ -150,6 +165,7 @@ class AgentCache(UnifiedRadixCache):
         workflows = {unscope(k): v for k, v in self.workflows.items() if tenant is None or tenant_of(k) == tenant}
         return {
             "policy": self.config.policy,
+            "held_tokens": self.held_by_class(),
             "active_workflows": len(registry),
             "retired_workflows": registry.retired_count,
             "expired_workflows": registry.expired_count,
@@ -166,7 +182,49 @@ class AgentCache(UnifiedRadixCache):
             "evicted_tokens": dict(self.component.evicted_tokens),
             "evicted_nodes": dict(self.component.evicted_nodes),
             "cached_tokens": self.total_size()[0],
+            "free_tokens": self.token_to_kv_pool_allocator.available_size(),
             "workflows": workflows,
+        }
+
+    def _cached_nodes(self) -> Any:
+        stack = list(self.tree_core.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if not node.evicted:
+                yield node
+
+    def held_by_class(self) -> dict[str, int]:
+        """Device tokens held, per node class (retired, fixed, history, untagged)."""
+        held: Counter[str] = Counter()
+        for node in self._cached_nodes():
+            held[self.policy.classify(node)] += len(node.key)
+        return dict(held)
+
+    def workflow_view(self, tenant: str, workflow: str) -> dict[str, Any]:
+        """What the cache holds for one workflow: its record and the nodes it touched (a debugging view)."""
+        scoped = scope(tenant, workflow)
+        nodes = tokens = fixed_tokens = 0
+        agents: set[str] = set()
+        for node in self._cached_nodes():
+            tags = getattr(node, TAGS_ATTR, None)
+            if tags is None or scoped not in tags.workflows:
+                continue
+            nodes += 1
+            tokens += len(node.key)
+            fixed_tokens += len(node.key) if tags.fixed_agents else 0
+            agents |= tags.workflows[scoped]
+        record = self.workflows.get(scoped, {})
+        return {
+            "workflow": workflow,
+            "active": self.policy.registry.is_active(scoped),
+            "requests": record.get("requests", 0),
+            "ended": record.get("ended", False),
+            "agents": record.get("agents", {}),
+            "cached_nodes": nodes,
+            "cached_tokens": tokens,
+            "cached_fixed_tokens": fixed_tokens,
+            "cached_agent_ids": sorted(agents),
         }
 
 
@@ -188,6 +246,7 @@ def build_agentcache(ctx: Any) -> UnifiedRadixCache:
     from sglang.srt.mem_cache.registry import create_unified_radix_cache
 
     AgentCache.config = PluginConfig.from_env()
+    AgentCache.tp_rank = ctx.tp_rank
     ctx.params.tree_core_backend = "python"  # the Rust core cannot take a Python eviction strategy
     ctx.params.component_registry_override = {
         **(ctx.params.component_registry_override or {}),

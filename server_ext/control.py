@@ -28,6 +28,8 @@ def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlO
             return _reply(req, True, {"ended": ended})
         if req.op == "stats":
             return _reply(req, True, cache.stats(payload.get("tenant")))
+        if req.op == "workflow":
+            return _reply(req, True, cache.workflow_view(str(payload.get("tenant", "")), str(payload["workflow"])))
         if req.op == "ping":
             return _reply(req, True, {"policy": cache.config.policy})
         return _reply(req, False, {"error": f"unknown control operation {req.op!r}"})

@@ -142,6 +142,18 @@ def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input
     custom[wire.KEY] = accepted
 
 
+def check_token_ids(input_ids: Any, vocab_size: int) -> None:
+    """Refuse token ids the model cannot embed: SGLang 0.5.23 lets them through and its scheduler dies on them."""
+    if not isinstance(input_ids, list) or not input_ids or not vocab_size:
+        return
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in input_ids):
+        raise ValueError("input_ids must be a list of integers")
+    low, high = min(input_ids), max(input_ids)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"input_ids contains out-of-vocabulary token id {bad}; valid range is [0, {vocab_size})")
+
+
 def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> None:
     """BEFORE hook on TokenizerManager.generate_request: every generate and chat request passes here."""
     batch = obj.sampling_params if isinstance(obj.sampling_params, list) else [obj.sampling_params]
@@ -151,6 +163,9 @@ def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> N
         if isinstance(obj.input_ids, list) and obj.input_ids and isinstance(obj.input_ids[0], list)
         else [obj.input_ids] * len(batch)
     )
+    vocab_size = getattr(getattr(tokenizer_manager, "model_config", None), "vocab_size", 0)
+    for input_ids in ids:
+        check_token_ids(input_ids, vocab_size)
     for params, text, input_ids in zip(batch, texts, ids):
         if isinstance(params, dict):
             try:
@@ -167,11 +182,12 @@ def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> N
 
 async def control(op: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
     """Send one control operation to every scheduler; the replies of each data-parallel rank zero."""
-    from agentcache.server_ext.ipc import AgentCacheControl, AgentCacheControlOutput
     from sglang.srt.entrypoints import http_server
     from sglang.srt.managers.communicator import FanOutCommunicator
     from sglang.srt.runtime_context import get_parallel
     from sglang.utils import TypeBasedDispatcher
+
+    from agentcache.server_ext.ipc import AgentCacheControl, AgentCacheControlOutput
 
     tm = http_server.get_global_state().tokenizer_manager
     comm = getattr(tm, "_agentcache_comm", None)
@@ -194,36 +210,43 @@ def tenant_of_request(request: Request) -> str:
     return ""
 
 
+async def _answer(op: str, payload: dict[str, Any]) -> Any:
+    """The schedulers' answer to one control operation: rank zero's, or every rank's; 503 if none came."""
+    try:
+        replies = await control(op, payload)
+    except (TimeoutError, RuntimeError) as exc:
+        return ORJSONResponse({"error": str(exc) or "the scheduler did not answer"}, status_code=503)
+    return replies[0] if len(replies) == 1 else {"ranks": replies}
+
+
 def add_routes(app: Any) -> None:
-    async def end_workflow(workflow_id: str, request: Request):
+    async def end_workflow(workflow_id: str, request: Request) -> Any:
         try:
             wire.parse({"v": wire.VERSION, "workflow": workflow_id, "agent": "-"})
         except wire.TagError as exc:
             return ORJSONResponse({"error": str(exc)}, status_code=400)
-        try:
-            replies = await control(
-                "end", {"workflow": workflow_id, "tenant": tenant_of_request(request), "ts": time.time()}
-            )
-        except (TimeoutError, RuntimeError) as exc:
-            return ORJSONResponse({"error": str(exc) or "scheduler did not answer"}, status_code=503)
-        return {"workflow": workflow_id, "ended": any(r["ended"] for r in replies)}
+        answer = await _answer(
+            "end", {"workflow": workflow_id, "tenant": tenant_of_request(request), "ts": time.time()}
+        )
+        if isinstance(answer, ORJSONResponse):
+            return answer
+        ranks = answer.get("ranks", [answer])
+        return {"workflow": workflow_id, "ended": any(r["ended"] for r in ranks)}
 
-    async def stats(request: Request):
-        try:
-            replies = await control("stats", {"tenant": tenant_of_request(request)})
-        except (TimeoutError, RuntimeError) as exc:
-            return ORJSONResponse({"error": str(exc) or "scheduler did not answer"}, status_code=503)
-        return replies[0] if len(replies) == 1 else {"ranks": replies}
+    async def workflow(workflow_id: str, request: Request) -> Any:
+        return await _answer("workflow", {"workflow": workflow_id, "tenant": tenant_of_request(request)})
 
-    async def health(request: Request):
-        try:
-            replies = await control("ping", {})
-        except (TimeoutError, RuntimeError) as exc:
-            return ORJSONResponse(
-                {"status": "unavailable", "error": str(exc) or "scheduler did not answer"}, status_code=503
-            )
-        return {"status": "ok", "policy": replies[0]["policy"], "schedulers": len(replies)}
+    async def stats(request: Request) -> Any:
+        return await _answer("stats", {"tenant": tenant_of_request(request)})
+
+    async def health(request: Request) -> Any:
+        answer = await _answer("ping", {})
+        if isinstance(answer, ORJSONResponse):
+            return answer
+        ranks = answer.get("ranks", [answer])
+        return {"status": "ok", "policy": ranks[0]["policy"], "schedulers": len(ranks)}
 
     app.add_api_route("/agentcache/v1/workflows/{workflow_id}/end", end_workflow, methods=["POST"])
+    app.add_api_route("/agentcache/v1/workflows/{workflow_id}", workflow, methods=["GET"])
     app.add_api_route("/agentcache/v1/stats", stats, methods=["GET"])
     app.add_api_route("/agentcache/v1/health", health, methods=["GET"])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
 from agentcache.server_ext.model import is_model_dir, make_model
 
 DEFAULT_PORT = 30000
@@ -100,6 +101,7 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
         cmd += ["--api-key", opts.api_key]
     if opts.enable_metrics:
         cmd += ["--enable-metrics"]
+    cmd += ["--enable-cache-report"]  # usage.prompt_tokens_details.cached_tokens in OpenAI responses
     if opts.cpu_mode:
         env["SGLANG_USE_CPU_ENGINE"] = "1"
         cmd += ["--device", "cpu", "--attention-backend", "torch_native", "--skip-server-warmup"]

@@ -8,7 +8,6 @@ appear there. Only tensor-parallel rank 0 exports, so ranks are not summed.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 
 class Metrics:
@@ -38,7 +37,3 @@ class Metrics:
     def token(self, kind: str, n: int) -> None:
         if n:
             self.tokens.labels(kind=kind).inc(n)
-
-
-def noop(*_: Any) -> None:
-    return None

@@ -65,15 +65,17 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
 
 
 def _before_http_server(*args, **kwargs):  # noqa: ANN001 - BEFORE hook on http_server._setup_and_run_http_server
-    from agentcache.server_ext.http import add_routes
     from sglang.srt.entrypoints import http_server
+
+    from agentcache.server_ext.http import add_routes
 
     add_routes(http_server.app)
 
 
 def _register_launcher() -> None:
-    from agentcache.server_ext import http
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from agentcache.server_ext import http
 
     HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", _add_cli_args, HookType.AFTER)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", _capture_cli_args, HookType.BEFORE)
@@ -120,9 +122,10 @@ def _observe_request(req, scheduler, *args, **kwargs):  # noqa: ANN001 - AFTER h
 
 
 def _install_control_handler(result, scheduler):  # noqa: ANN001 - AFTER hook on Scheduler.init_request_dispatcher
+    from sglang.utils import TypeBasedDispatcher
+
     from agentcache.server_ext.control import handle_control
     from agentcache.server_ext.ipc import AgentCacheControl
-    from sglang.utils import TypeBasedDispatcher
 
     scheduler._request_dispatcher += TypeBasedDispatcher(
         [(AgentCacheControl, lambda req: handle_control(scheduler, req))]
@@ -131,10 +134,11 @@ def _install_control_handler(result, scheduler):  # noqa: ANN001 - AFTER hook on
 
 
 def _register_worker() -> None:
-    from agentcache.server_ext.cache import build_agentcache
-    from agentcache.server_ext.cpu import apply_cpu_hicache_shims
     from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from agentcache.server_ext.cache import build_agentcache
+    from agentcache.server_ext.cpu import apply_cpu_hicache_shims
 
     if get_radix_cache_factory(BACKEND) is None:
         register_radix_cache_backend(BACKEND, build_agentcache)

@@ -16,3 +16,32 @@ def small_traces():
     from agentcache.workloads import FAMILIES, GenConfig, generate
 
     return {family: generate(family, GenConfig(workflows=30, rate=1.0, seed=3)) for family in FAMILIES}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """The real SGLang server with the plugin (CPU mode, tiny model, pbkv), once per test run."""
+    from agentcache.server_ext.launcher import ServeOptions, Server
+
+    capacity = 4000
+    log = tmp_path_factory.mktemp("server") / "sglang.log"
+    opts = ServeOptions(
+        model_size="tiny", policy="pbkv", port=free_port(), max_total_tokens=capacity, log_path=str(log)
+    )
+    srv = Server(opts)
+    try:
+        srv.start(timeout_s=600)
+    except Exception:
+        print(log.read_text()[-5000:] if log.exists() else "no server log")
+        raise
+    srv.capacity = capacity
+    yield srv
+    srv.stop()

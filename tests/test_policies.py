@@ -11,10 +11,10 @@ import math
 from itertools import count
 
 import pytest
-from agentcache.predictor import END, Predictor
 
 from agentcache.policy import AgentStepGraph, NodeClass, RequestTags, WorkflowRegistry, make_policy, tags_of
 from agentcache.policy.pbkv import PAPER, Ingredients, PBKVPolicy
+from agentcache.predictor import END, Predictor
 
 _clock = count(1)
 

@@ -1,4 +1,5 @@
 import pytest
+
 from agentcache.predictor import END, MarkovPredictor
 
 

@@ -63,9 +63,10 @@ def mean_prompt(prepared):
 
 
 def test_the_replay_uses_sglangs_unified_radix_cache_and_our_strategy():
-    from agentcache.server_ext.adapter import PolicyStrategy
     from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    from agentcache.server_ext.adapter import PolicyStrategy
 
     cache = ReplayCache(1000, make_policy("pbkv"))
     assert type(cache.cache) is UnifiedRadixCache

@@ -1,0 +1,49 @@
+"""Where the agentcache server is, and how the SDK talks to it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+DEFAULT_BASE_URL = "http://127.0.0.1:30000"
+
+
+@dataclass
+class Settings:
+    base_url: str = DEFAULT_BASE_URL  # the SGLang server (or router) with the agentcache plugin
+    api_key: str | None = None  # the server's --api-key, for the control routes
+    end_timeout_s: float = 10.0  # per attempt; end events are sent in the background
+
+    def origin(self) -> tuple[str, str, int]:
+        parts = urlsplit(self.base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.scheme, parts.hostname or "", port
+
+    def targets(self, url: str) -> bool:
+        """Whether a request URL goes to the agentcache server (only those are tagged)."""
+        parts = urlsplit(str(url))
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return (parts.scheme, parts.hostname or "", port) == self.origin()
+
+
+def _from_env() -> Settings:
+    base = os.environ.get("AGENTCACHE_BASE_URL", DEFAULT_BASE_URL).rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return Settings(base_url=base, api_key=os.environ.get("AGENTCACHE_API_KEY"))
+
+
+settings = _from_env()
+
+
+def configure(base_url: str | None = None, api_key: str | None = None, end_timeout_s: float | None = None) -> Settings:
+    """Point the SDK at the agentcache server. `base_url` may include the OpenAI `/v1` suffix."""
+    if base_url is not None:
+        base = base_url.rstrip("/")
+        settings.base_url = base[: -len("/v1")] if base.endswith("/v1") else base
+    if api_key is not None:
+        settings.api_key = api_key
+    if end_timeout_s is not None:
+        settings.end_timeout_s = end_timeout_s
+    return settings

@@ -1,0 +1,191 @@
+"""Tagging every LLM request made inside a workflow, where the frameworks send them.
+
+LangGraph (langchain-openai), AutoGen (autogen-ext) and CrewAI all send through
+the `openai` Python SDK, whose clients call ``_prepare_options`` on every
+request, a hook documented for mutating options. It is private, so the
+supported openai range is pinned in pyproject.toml and tested. Clients that
+do not use the openai SDK are tagged one level lower, when httpx sends the
+request. Only requests to the configured agentcache server are touched: no
+other endpoint ever sees the extra fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from agentcache import wire
+from agentcache_sdk._config import settings
+from agentcache_sdk._tags import agent_of
+from agentcache_sdk._workflow import current_agent_name, current_workflow
+
+ROUTING_HEADER = "x-smg-routing-key"  # sglang-router pins a workflow's requests to one worker with it
+_TAGGED_PATHS = ("/chat/completions", "/generate")
+_installed = False
+observers: list[Any] = []  # callables(request_body, response_json, tags) run after a tagged request (the recorder)
+
+
+def tags_for(path: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Wire tags for one request body inside the current workflow (None outside any, or for other routes)."""
+    ctx = current_workflow()
+    if ctx is None or not path.endswith(_TAGGED_PATHS):
+        return None
+    if path.endswith("/chat/completions"):
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return None
+        agent, fixed = agent_of(messages, body.get("tools"))
+        tags: dict[str, Any] = {"v": wire.VERSION, "workflow": ctx.id, "agent": agent, "fixed_messages": fixed}
+    else:
+        text = body.get("text")
+        head = text[:200] if isinstance(text, str) else str(body.get("input_ids", ""))[:200]
+        agent, _ = agent_of([{"role": "user", "content": head}])
+        tags = {"v": wire.VERSION, "workflow": ctx.id, "agent": agent}
+    name = current_agent_name()
+    if name:
+        tags["agent_name"] = name[: wire.MAX_ID_CHARS]
+    ctx.requests += 1
+    ctx.agents[name or agent] += 1
+    return tags
+
+
+def _routing_headers(tags: dict[str, Any]) -> dict[str, str]:
+    return {ROUTING_HEADER: tags["workflow"], wire.HEADER: json.dumps(tags, ensure_ascii=True, separators=(",", ":"))}
+
+
+def _has_tags(body: Mapping[str, Any]) -> bool:
+    custom = body.get("custom_params")
+    if wire.find(custom) is not None:
+        return True
+    params = body.get("sampling_params")
+    return isinstance(params, Mapping) and wire.find(params.get("custom_params")) is not None
+
+
+def _with_tags(path: str, body: dict[str, Any], tags: dict[str, Any]) -> dict[str, Any]:
+    """The body with tags under custom_params (top level for OpenAI routes, sampling_params for /generate)."""
+    if path.endswith("/generate"):
+        params = dict(body.get("sampling_params") or {})
+        params["custom_params"] = {**(params.get("custom_params") or {}), wire.KEY: tags}
+        return {**body, "sampling_params": params}
+    return {**body, "custom_params": {**(body.get("custom_params") or {}), wire.KEY: tags}}
+
+
+# ---------------------------------------------------------------- openai SDK
+
+
+def _tag_openai_options(client: Any, options: Any) -> None:
+    body = options.json_data
+    if not isinstance(body, Mapping) or _has_tags(body):
+        return
+    if not settings.targets(str(client.base_url)):
+        return
+    tags = tags_for(options.url, body)
+    if tags is None:
+        return
+    extra = dict(options.extra_json or {})
+    extra["custom_params"] = {**(extra.get("custom_params") or body.get("custom_params") or {}), wire.KEY: tags}
+    options.extra_json = extra
+    headers = dict(options.headers) if isinstance(options.headers, Mapping) else {}
+    options.headers = {**headers, **_routing_headers(tags)}
+
+
+def _install_openai() -> None:
+    try:
+        from openai._base_client import AsyncAPIClient, SyncAPIClient
+    except ImportError:
+        return
+    sync_original = SyncAPIClient._prepare_options
+    async_original = AsyncAPIClient._prepare_options
+
+    def _prepare_options(self: Any, options: Any) -> Any:
+        options = sync_original(self, options)
+        _tag_openai_options(self, options)
+        return options
+
+    async def _prepare_options_async(self: Any, options: Any) -> Any:
+        options = await async_original(self, options)
+        _tag_openai_options(self, options)
+        return options
+
+    SyncAPIClient._prepare_options = _prepare_options
+    AsyncAPIClient._prepare_options = _prepare_options_async
+
+
+# ---------------------------------------------------------------- httpx (any other client) and observers
+
+
+def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None, dict[str, Any] | None]:
+    """(request to send, its JSON body, its tags) for a request to the agentcache server."""
+    if (
+        request.method != "POST"
+        or not settings.targets(str(request.url))
+        or not request.url.path.endswith(_TAGGED_PATHS)
+    ):
+        return request, None, None
+    try:
+        body = json.loads(request.content or b"null")
+    except (ValueError, httpx.RequestNotRead):
+        return request, None, None
+    if not isinstance(body, dict):
+        return request, None, None
+    if _has_tags(body):
+        custom = body.get("custom_params") or (body.get("sampling_params") or {}).get("custom_params")
+        return request, body, wire.find(custom)
+    tags = tags_for(request.url.path, body)
+    if tags is None:
+        return request, body, None
+    body = _with_tags(request.url.path, body, tags)
+    headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+    headers.update(_routing_headers(tags))
+    tagged = httpx.Request(
+        request.method, request.url, headers=headers, content=json.dumps(body).encode(), extensions=request.extensions
+    )
+    return tagged, body, tags
+
+
+def _observe(
+    body: dict[str, Any] | None, tags: dict[str, Any] | None, response: httpx.Response, payload: bytes
+) -> None:
+    if not observers or body is None or tags is None or body.get("stream") or response.status_code != 200:
+        return
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return
+    for observer in list(observers):
+        observer(body, data, tags)
+
+
+def _install_httpx() -> None:
+    sync_send = httpx.Client.send
+    async_send = httpx.AsyncClient.send
+
+    def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        request, body, tags = _retag(request)
+        response = sync_send(self, request, **kwargs)
+        if observers and tags is not None and not kwargs.get("stream"):
+            _observe(body, tags, response, response.read())
+        return response
+
+    async def send_async(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        request, body, tags = _retag(request)
+        response = await async_send(self, request, **kwargs)
+        if observers and tags is not None and not kwargs.get("stream"):
+            _observe(body, tags, response, await response.aread())
+        return response
+
+    httpx.Client.send = send
+    httpx.AsyncClient.send = send_async
+
+
+def install() -> None:
+    """Install both hooks once per process (done when agentcache_sdk is imported)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    _install_openai()
+    _install_httpx()

@@ -1,0 +1,152 @@
+"""End to end: the real SGLang server on CPU with the plugin, started once for the whole test run."""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.server
+
+VOCAB = 600  # the tiny model's tokenizer has 675 ids; stay clear of the special ones at the top
+
+
+def ids(seed: str, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(10, VOCAB) for _ in range(n)]
+
+
+def generate(server, input_ids, tags=None, max_new_tokens=4):
+    params = {"max_new_tokens": max_new_tokens, "temperature": 0}
+    if tags is not None:
+        params["custom_params"] = {"agentcache": tags}
+    r = httpx.post(f"{server.base_url}/generate", json={"input_ids": input_ids, "sampling_params": params}, timeout=120)
+    r.raise_for_status()
+    return r.json()["meta_info"]
+
+
+def stats(server):
+    r = httpx.get(f"{server.base_url}/agentcache/v1/stats", timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def view(server, workflow):
+    r = httpx.get(f"{server.base_url}/agentcache/v1/workflows/{workflow}", timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def end(server, workflow):
+    r = httpx.post(f"{server.base_url}/agentcache/v1/workflows/{workflow}/end", timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_an_ended_workflows_private_nodes_go_before_an_active_ones(server):
+    """Runs first, on an empty cache, so that A is the only retired workflow."""
+    assert stats(server)["cached_tokens"] == 0, "this test needs the server's cache to itself"
+    system = ids("sys-evict", 200)
+    tags = lambda wf: {"v": 1, "workflow": wf, "agent": "a:evict", "fixed_tokens": 200}  # noqa: E731
+    # B first, then A: LRU would evict B's older nodes before A's.
+    generate(server, system + ids("hist-B", 700), tags("evict-B"))
+    generate(server, system + ids("hist-A", 700), tags("evict-A"))
+    assert end(server, "evict-A")["ended"]
+    s = stats(server)
+    b_held = view(server, "evict-B")["cached_tokens"]
+    assert view(server, "evict-A")["cached_tokens"] > 700 and b_held > 700
+    # A new request that needs 400 more slots than are free.
+    generate(server, ids("fresh-C", s["free_tokens"] + 400), tags("evict-C"), max_new_tokens=1)
+    # A keeps only the fixed prompt it shares with B, which B still needs; its private history is gone.
+    assert view(server, "evict-A")["cached_tokens"] == 200, "the ended workflow's private nodes were evicted first"
+    assert view(server, "evict-B")["cached_tokens"] == b_held, "the active workflow kept its nodes"
+    assert stats(server)["evicted_tokens"] == {"retired": s["held_tokens"]["retired"]}, "only retired tokens went"
+    end(server, "evict-B")
+    end(server, "evict-C")
+
+
+def test_health_and_stats_answer(server):
+    health = httpx.get(f"{server.base_url}/agentcache/v1/health", timeout=30).json()
+    assert health == {"status": "ok", "policy": "pbkv", "schedulers": 1}
+    s = stats(server)
+    for key in ("active_workflows", "retired_workflows", "evicted_tokens", "held_tokens", "hit_tokens", "invalid_tags"):
+        assert key in s
+
+
+def test_chat_tags_reach_the_nodes_and_the_fixed_prompt_is_its_own_node(server):
+    system = {"role": "system", "content": "You are the reviewer agent. Check every claim twice. " * 20}
+
+    def chat(workflow, user):
+        body = {
+            "model": "default",
+            "max_tokens": 4,
+            "temperature": 0,
+            "messages": [system, {"role": "user", "content": user}],
+            "custom_params": {
+                "agentcache": {
+                    "v": 1,
+                    "workflow": workflow,
+                    "agent": "a:reviewer",
+                    "agent_name": "reviewer",
+                    "fixed_messages": 1,
+                }
+            },
+        }
+        r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=120)
+        r.raise_for_status()
+        return r.json()["usage"]
+
+    first = chat("chat-1", "Review the plan for task one, please. " * 8)
+    w = view(server, "chat-1")
+    assert w["active"] and w["requests"] == 1 and w["agents"] == {"reviewer": 1}
+    assert w["cached_agent_ids"] == ["a:reviewer"]
+    assert 0 < w["cached_fixed_tokens"] < w["cached_tokens"], (
+        "the fixed prompt and the dynamic suffix are separate nodes"
+    )
+    fixed = w["cached_fixed_tokens"]
+    # Another workflow of the same agent reuses exactly the fixed prompt (the server split the node there).
+    second = chat("chat-2", "A different task entirely, nothing shared. " * 8)
+    assert second["prompt_tokens_details"]["cached_tokens"] >= fixed
+    assert first["prompt_tokens"] > fixed
+    assert end(server, "chat-1") == {"workflow": "chat-1", "ended": True}
+    assert end(server, "chat-2")["ended"]
+    assert not view(server, "chat-1")["active"]
+
+
+def test_malformed_and_missing_tags_are_served_and_counted(server):
+    before = stats(server)
+    prompt = ids("bad-tags", 50)
+    bad = {
+        "bad_version": {"v": 2, "workflow": "w", "agent": "a"},
+        "bad_workflow": {"v": 1, "workflow": "x" * 300, "agent": "a"},
+        "bad_agent": {"v": 1, "workflow": "w", "agent": "tab\there"},
+        "nested": {"v": 1, "workflow": "w", "agent": "a", "extra": {"deep": 1}},
+        "bad_fixed_tokens": {"v": 1, "workflow": "w", "agent": "a", "fixed_tokens": 10_000},
+        "not_an_object": "a string",
+    }
+    for reason, tags in bad.items():
+        meta = generate(server, prompt, tags)
+        assert meta["prompt_tokens"] == len(prompt), reason
+    generate(server, prompt)  # untagged
+    after = stats(server)
+    for reason in bad:
+        assert after["invalid_tags"].get(reason, 0) == before["invalid_tags"].get(reason, 0) + 1, reason
+    assert after["untagged_requests"] == before["untagged_requests"] + 1
+    assert after["tagged_requests"] == before["tagged_requests"]
+    unknown = end(server, "never-started")
+    assert unknown == {"workflow": "never-started", "ended": False}
+    assert httpx.post(f"{server.base_url}/agentcache/v1/workflows/%09tab/end", timeout=30).status_code == 400
+
+
+def test_out_of_vocabulary_ids_get_a_clear_error_not_a_dead_server(server):
+    body = {"input_ids": [1, 2, 10**6], "sampling_params": {"max_new_tokens": 1}}
+    r = httpx.post(f"{server.base_url}/generate", json=body, timeout=60)
+    assert r.status_code == 400 and "out-of-vocabulary token id 1000000" in r.text
+    assert generate(server, ids("still-alive", 20))["prompt_tokens"] == 20
+
+
+def test_agentcache_counters_are_on_prometheus_metrics(server):
+    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    assert "agentcache_events_total" in text and 'event="tagged_requests"' in text
+    assert "agentcache_tokens_total" in text
