@@ -13,6 +13,7 @@ only touch requests to the configured server, and only inside a workflow.
 
 from agentcache_sdk._config import Settings, configure, settings
 from agentcache_sdk._hooks import install as _install
+from agentcache_sdk._record import Recorder, record
 from agentcache_sdk._workflow import (
     WorkflowContext,
     add_agent_name_provider,
@@ -28,6 +29,7 @@ from agentcache_sdk._workflow import (
 _install()
 
 __all__ = [
+    "Recorder",
     "Settings",
     "WorkflowContext",
     "add_agent_name_provider",
@@ -38,6 +40,7 @@ __all__ = [
     "current_workflow",
     "end_workflow",
     "flush",
+    "record",
     "settings",
     "workflow",
 ]

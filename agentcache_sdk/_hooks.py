@@ -12,6 +12,7 @@ other endpoint ever sees the extra fields.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +26,7 @@ from agentcache_sdk._workflow import current_agent_name, current_workflow
 ROUTING_HEADER = "x-smg-routing-key"  # sglang-router pins a workflow's requests to one worker with it
 _TAGGED_PATHS = ("/chat/completions", "/generate")
 _installed = False
-observers: list[Any] = []  # callables(request_body, response_json, tags) run after a tagged request (the recorder)
+observers: list[Any] = []  # callables(sent_at, request_body, response_json, tags) after a tagged request (the recorder)
 
 
 def tags_for(path: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -147,7 +148,7 @@ def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None
 
 
 def _observe(
-    body: dict[str, Any] | None, tags: dict[str, Any] | None, response: httpx.Response, payload: bytes
+    sent_at: float, body: dict[str, Any] | None, tags: dict[str, Any] | None, response: httpx.Response, payload: bytes
 ) -> None:
     if not observers or body is None or tags is None or body.get("stream") or response.status_code != 200:
         return
@@ -156,7 +157,7 @@ def _observe(
     except ValueError:
         return
     for observer in list(observers):
-        observer(body, data, tags)
+        observer(sent_at, body, data, tags)
 
 
 def _install_httpx() -> None:
@@ -165,16 +166,18 @@ def _install_httpx() -> None:
 
     def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         request, body, tags = _retag(request)
+        sent_at = time.monotonic()
         response = sync_send(self, request, **kwargs)
         if observers and tags is not None and not kwargs.get("stream"):
-            _observe(body, tags, response, response.read())
+            _observe(sent_at, body, tags, response, response.read())
         return response
 
     async def send_async(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         request, body, tags = _retag(request)
+        sent_at = time.monotonic()
         response = await async_send(self, request, **kwargs)
         if observers and tags is not None and not kwargs.get("stream"):
-            _observe(body, tags, response, await response.aread())
+            _observe(sent_at, body, tags, response, await response.aread())
         return response
 
     httpx.Client.send = send

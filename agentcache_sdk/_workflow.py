@@ -38,6 +38,7 @@ _agent_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentc
 
 END_ATTEMPTS = 3
 counters: Counter[str] = Counter()
+end_observers: list[Callable[[str], None]] = []  # called with a workflow id when it ends (the recorder)
 _warned: set[str] = set()
 _lock = threading.Lock()
 
@@ -125,6 +126,8 @@ class _EndSender:
         if ctx.ended:
             return
         ctx.ended = True
+        for observer in list(end_observers):
+            observer(ctx.id)
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="agentcache-end-events", daemon=True)

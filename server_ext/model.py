@@ -9,7 +9,9 @@ round-trips. Sizes:
 - small:  hidden 256, 6 layers. On two CPU cores prefill dominates request
           latency (about a second per thousand prompt tokens), so cache hits
           are visible: the default for the demo.
-- medium: hidden 512, 8 layers. For a GPU, or for patience.
+- medium: hidden 512, 8 layers. For patience on a CPU.
+- large:  hidden 2048, 16 layers (about 0.9 B parameters). For a GPU, where
+          smaller models prefill too fast for cache hits to matter.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ SIZES: dict[str, dict[str, int]] = {
         "num_attention_heads": 8,
         "num_key_value_heads": 4,
         "head_dim": 64,
+    },
+    "large": {
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
     },
 }
 VOCAB_SIZE = 2048

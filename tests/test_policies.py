@@ -209,5 +209,8 @@ def test_unknown_policy_and_missing_inputs_are_clear_errors():
         make_policy("kvflow")
     with pytest.raises(PolicyConfigError, match="offline"):
         make_policy("belady")
-    with pytest.raises(PolicyConfigError, match="unknown ablation"):
+    with pytest.raises(PolicyConfigError, match="unknown ingredient"):
         make_policy("pbkv/-magic")
+    with pytest.raises(PolicyConfigError, match="unknown ingredient"):
+        make_policy("pbkv/timing")
+    assert make_policy("pbkv/-timing/+cost").ingredients.cost

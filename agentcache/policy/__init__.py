@@ -29,14 +29,14 @@ class PolicyConfigError(ValueError):
 
 
 def parse_ingredients(name: str) -> Ingredients:
-    """`pbkv/-cost/-fallback`: the default pbkv without the named ingredients (for ablations)."""
+    """`pbkv/-timing/+cost`: the default pbkv with named ingredients switched off (-) or on (+), for ablations."""
     ingredients = Ingredients()
     for part in name.split("/")[1:]:
-        field_name = part.removeprefix("-").replace("-", "_")
-        if not part.startswith("-") or not hasattr(ingredients, field_name):
-            known = ", ".join(f"-{f.replace('_', '-')}" for f in Ingredients.__dataclass_fields__)
-            raise PolicyConfigError(f"{name!r}: unknown ablation {part!r}; use {known}")
-        ingredients = replace(ingredients, **{field_name: False})
+        field_name = part[1:].replace("-", "_")
+        if part[:1] not in ("-", "+") or field_name not in Ingredients.__dataclass_fields__:
+            known = ", ".join(f"[+-]{f.replace('_', '-')}" for f in Ingredients.__dataclass_fields__)
+            raise PolicyConfigError(f"{name!r}: unknown ingredient {part!r}; use {known}")
+        ingredients = replace(ingredients, **{field_name: part[0] == "+"})
     return ingredients
 
 

@@ -1,0 +1,113 @@
+"""Recording a live app's LLM traffic as a workflow trace (format v1), to replay with `agentcache replay`.
+
+    with agentcache_sdk.record("trace.jsonl"):
+        run_my_app()
+
+Every tagged chat request becomes a request event: the tool schemas and each
+message are segments whose content id is a hash of their content (so the
+same text in two prompts is the same segment, and an assistant reply that
+comes back in a later prompt is the earlier request's output), with token
+counts estimated as characters / 4 (the recorder has no tokenizer; the
+estimate is the same for the same text, which is what the trace format
+needs). Workflow ends become end events. Events are written as they happen;
+a request's time is when it was sent, raised to the previous event's time
+where concurrent requests finish out of order, so the file stays in time order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentcache.trace import End, Meta, Request, Segment, TraceWriter
+from agentcache_sdk import _hooks, _workflow
+
+CHARS_PER_TOKEN = 4
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
+
+
+def _segment(kind: str, text: str) -> Segment:
+    digest = hashlib.sha256(f"{kind}\x1f{text}".encode()).hexdigest()[:20]
+    return Segment(f"{kind}:{digest}", max(1, math.ceil(len(text) / CHARS_PER_TOKEN)))
+
+
+def message_segment(message: Mapping[str, Any]) -> Segment:
+    return _segment(str(message.get("role", "user")), _text(message.get("content")))
+
+
+class Recorder:
+    def __init__(self, path: str | Path, name: str = "recorded"):
+        self.path = Path(path)
+        self._writer = TraceWriter(self.path, Meta(name=name, description="recorded by agentcache_sdk.record()"))
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._last_ts = 0.0
+        self.requests = 0
+
+    def _ts(self, at: float) -> float:
+        ts = max(round(at - self._start, 3), self._last_ts)
+        self._last_ts = ts
+        return ts
+
+    def on_request(
+        self, sent_at: float, body: Mapping[str, Any], response: Mapping[str, Any], tags: Mapping[str, Any]
+    ) -> None:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return
+        segments = []
+        fixed = int(tags.get("fixed_messages") or 0)
+        if body.get("tools"):
+            segments.append(_segment("tools", _text(body["tools"])))
+            fixed += 1
+        segments += [message_segment(m) for m in messages if isinstance(m, Mapping)]
+        choices = response.get("choices") or [{}]
+        reply = (choices[0].get("message") or {}).get("content") or ""
+        output = _segment("assistant", _text(reply)) if reply else None
+        with self._lock:
+            self._writer.write(
+                Request(
+                    ts=self._ts(sent_at),
+                    workflow=str(tags["workflow"]),
+                    agent=str(tags.get("agent_name") or tags["agent"]),
+                    segments=tuple(segments),
+                    fixed=min(fixed, len(segments)),
+                    output=output.tokens if output else 1,
+                    output_id=output.content_id if output else None,
+                )
+            )
+            self.requests += 1
+
+    def on_end(self, workflow: str) -> None:
+        with self._lock:
+            self._writer.write(End(self._ts(time.monotonic()), workflow))
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer.close()
+
+
+class record:  # noqa: N801 - a context manager, spelled like a function
+    """Record the tagged LLM requests and workflow ends made inside the block to a trace file."""
+
+    def __init__(self, path: str | Path, name: str = "recorded"):
+        self.recorder = Recorder(path, name)
+
+    def __enter__(self) -> Recorder:
+        _hooks.observers.append(self.recorder.on_request)
+        _workflow.end_observers.append(self.recorder.on_end)
+        return self.recorder
+
+    def __exit__(self, *exc: object) -> None:
+        _hooks.observers.remove(self.recorder.on_request)
+        _workflow.end_observers.remove(self.recorder.on_end)
+        self.recorder.close()
