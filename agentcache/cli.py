@@ -107,6 +107,13 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
         default=300.0,
         help="seconds without a request before a workflow is retired (default %(default)s)",
     )
+    p.add_argument(
+        "--host-capacity", type=int, default=0, help="host-memory tier (HiCache) in tokens; 0: none (default)"
+    )
+    p.add_argument(
+        "--predictor", default="markov", help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt"
+    )
+    p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
     p.add_argument("--json", action="store_true", help="print one JSON list, an object per run")
     p.add_argument("--plot", metavar="FILE.png", help="draw hit rate over time per policy")
     p.set_defaults(run=_run_replay)
@@ -132,6 +139,17 @@ def _run_replay(args: argparse.Namespace) -> int:
         trace = read_trace(args.trace)
     except (TraceError, OSError) as exc:
         raise UsageError(str(exc)) from None
+    if args.host_capacity < 0:
+        raise UsageError(f"--host-capacity must be >= 0 tokens, got {args.host_capacity}")
+    if not 0.0 <= args.noise <= 1.0:
+        raise UsageError(f"--noise must be in [0, 1], got {args.noise}")
+    from agentcache.predictor import load_predictor
+
+    spec = f"noise:{args.noise}:{args.predictor}" if args.noise > 0 else args.predictor
+    try:
+        load_predictor(spec, trace.meta)  # fail now, clearly, not in the middle of a replay
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--predictor: {exc}") from None
     from agentcache.replay.runner import parse_policies, replay  # imports SGLang (~15 s)
 
     try:
@@ -139,17 +157,20 @@ def _run_replay(args: argparse.Namespace) -> int:
     except PolicyConfigError as exc:
         raise UsageError(str(exc)) from None
     total = len(trace.requests) * len(policies) * len(capacities)
+    options = {
+        "host_capacity": args.host_capacity,
+        "lease_s": args.lease,
+        "predictor_factory": lambda: load_predictor(spec, trace.meta),
+    }
     try:
         if args.json:
-            results = replay(trace, policies, capacities, lease_s=args.lease)
+            results = replay(trace, policies, capacities, **options)
         else:
             from rich.progress import Progress
 
             with Progress(console=console, transient=True) as progress:
                 task = progress.add_task("replaying", total=total)
-                results = replay(
-                    trace, policies, capacities, lease_s=args.lease, on_request=lambda: progress.advance(task)
-                )
+                results = replay(trace, policies, capacities, on_request=lambda: progress.advance(task), **options)
     except PolicyConfigError as exc:
         raise UsageError(str(exc)) from None
     if args.plot:

@@ -5,9 +5,9 @@ Inputs of a workflow state (its path of agents so far, oldest first):
 - h_cur: a GraphSAGE embedding of the current agent over the empirical
   transition graph of the training traces, ``h' = relu(W [h; mean_out(h); mean_in(h)])``
   per layer, the means weighted by transition counts (successors, predecessors);
-- h_path: attention from h_cur over the last `max_path` agents (START first when
-  the whole path fits), each its graph embedding plus a learned embedding of its
-  distance from the end of the path;
+- h_path: multi-head dot-product attention from h_cur over the last `max_path`
+  agents (START first when the whole path fits), each its graph embedding plus a
+  learned embedding of its distance from the end of the path;
 - h_len: a learned embedding of the whole path's length (lengths beyond the
   longest seen in training share the last one), so counts past the window survive;
 - h_txt: the request's semantic vector (``prompt_hidden``), standardised, with a
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional
 
 from agentcache.predictor.base import END, START, Forecast, Predictor
 
@@ -71,7 +72,9 @@ class ForecastNet(nn.Module):
         self.sage = nn.ModuleList(nn.Linear(3 * d, d) for _ in range(config.sage_layers))
         self.position = nn.Embedding(config.max_path, d)
         self.length = nn.Embedding(max_length + 1, d)
-        self.attention = nn.MultiheadAttention(d, config.heads, batch_first=True)
+        if d % config.heads:
+            raise ValueError(f"dim {d} is not a multiple of heads {config.heads}")
+        self.heads = config.heads
         self.hidden_dim = hidden_dim
         self.register_buffer("hidden_mean", torch.zeros(hidden_dim))
         self.register_buffer("hidden_std", torch.ones(hidden_dim))
@@ -88,20 +91,42 @@ class ForecastNet(nn.Module):
             h = torch.relu(layer(torch.cat([h, self.out_mean @ h, self.in_mean @ h], dim=-1)))
         return h
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, hidden: torch.Tensor | None) -> torch.Tensor:
-        """tokens [B, L] right-aligned (PAD on the left), lengths [B], hidden [B, H+1] (flag last) -> log rows."""
-        nodes = self.node_embeddings()
-        path = nodes[tokens] + self.position.weight[: tokens.shape[1]].flip(0)  # distance from the end
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        hidden: torch.Tensor | None,
+        nodes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Hazard logits [B, K, agents + END]: tokens [B, L] right-aligned (PAD on the left), lengths [B],
+        hidden [B, H+1] (presence flag last). compose_hazards() turns them into rows.
+
+        `nodes` are node_embeddings() when the caller keeps them (a frozen model); computed here otherwise.
+        """
+        nodes = self.node_embeddings() if nodes is None else nodes
+        # position row P-1-t means "t steps before the end": the last L rows line up with right-aligned tokens
+        path = nodes[tokens] + self.position.weight[-tokens.shape[1] :]
         current = nodes[tokens[:, -1]]
-        h_path, _ = self.attention(
-            current.unsqueeze(1), path, path, key_padding_mask=tokens == PAD_ID, need_weights=False
-        )
-        features = [current, h_path.squeeze(1), self.length(lengths.clamp(max=self.max_length))]
+        present = None if tokens.shape[0] == 1 else tokens != PAD_ID  # a lone row is never padded
+        length = self.length.weight[lengths.clamp(max=self.max_length)]
+        features = [current, attend(current, path, present, self.heads), length]
         if self.semantic is not None:
             vectors = (hidden[:, :-1] - self.hidden_mean) / self.hidden_std * hidden[:, -1:]
             features.append(self.semantic(torch.cat([vectors, hidden[:, -1:]], dim=-1)))
-        logits = self.mlp(torch.cat(features, dim=-1)).view(-1, self.horizon, self.n_outputs)
-        return compose_hazards(logits)
+        return self.mlp(torch.cat(features, dim=-1)).view(-1, self.horizon, self.n_outputs)
+
+
+def attend(current: torch.Tensor, path: torch.Tensor, present: torch.Tensor | None, heads: int) -> torch.Tensor:
+    """Multi-head dot-product attention of the current agent over the path: current [B, d], path [B, L, d] -> [B, d].
+
+    No projections: the embeddings are learned for this use, each head reads its own slice of them, and
+    the output projection would only be folded into the MLP's first layer. `present` is False at padding.
+    """
+    batch, length, dim = path.shape
+    query = current.view(batch, heads, 1, dim // heads)
+    keys = path.view(batch, length, heads, dim // heads).transpose(1, 2)
+    mask = None if present is None else present[:, None, None, :]
+    return functional.scaled_dot_product_attention(query, keys, keys, attn_mask=mask).reshape(batch, dim)
 
 
 def compose_hazards(logits: torch.Tensor) -> torch.Tensor:
@@ -152,6 +177,7 @@ class NeuralPredictor(Predictor):
         self.config = config
         self.net = ForecastNet(config, transitions, len(self.outputs), horizon, hidden_dim, max_length)
         self.net.eval()
+        self._nodes: torch.Tensor | None = None  # the frozen net's node embeddings, computed at the first predict
 
     @classmethod
     def from_paths(
@@ -208,8 +234,22 @@ class NeuralPredictor(Predictor):
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
         with torch.inference_mode():
-            rows = self.net(*self.encode([path], [hidden]))[0].exp().tolist()
-        return [dict(zip(self.outputs, row)) for row in rows]
+            if self._nodes is None:
+                self._nodes = self.net.node_embeddings()
+            hazards = torch.softmax(self.net(*self.encode([path], [hidden]), self._nodes)[0], dim=-1).tolist()
+        return self.compose_rows(hazards)
+
+    def compose_rows(self, hazards: list[list[float]]) -> Forecast:
+        """compose_hazards() in probability space, for one state: cheaper than tensors at this size."""
+        rows: Forecast = []
+        survival, ended = 1.0, 0.0
+        for q in hazards:
+            row = {agent: survival * p for agent, p in zip(self.agents, q)}
+            ended += survival * q[-1]
+            survival *= 1.0 - q[-1]
+            row[END] = ended
+            rows.append(row)
+        return rows
 
     # -- files
 

@@ -139,6 +139,7 @@ def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input
         return
     accepted = tags.to_wire()
     accepted["ts"] = time.time()
+    accepted["tenant"] = tenant_of_request(raw_request)  # set here, never taken from the client
     custom[wire.KEY] = accepted
 
 
@@ -206,8 +207,28 @@ async def control(op: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
     return replies
 
 
-def tenant_of_request(request: Request) -> str:
-    return ""
+TENANT_HEADER = "x-agentcache-tenant"
+
+
+def tenant_of_request(request: Any) -> str:
+    """The tenant a request acts for: workflow ids are scoped per tenant.
+
+    It is a digest of the bearer key the client presents (so a tenant with its
+    own key cannot be impersonated without that key), followed by the
+    `x-agentcache-tenant` header when present (sub-tenants of one shared key:
+    the server's --api-key vouches for whoever holds it). No key, no header:
+    the anonymous tenant "".
+    """
+    if request is None:
+        return ""
+    headers = request.headers
+    auth = headers.get("authorization", "")
+    key = auth[7:] if auth[:7].lower() == "bearer " else ""
+    sub = headers.get(TENANT_HEADER, "")[: wire.MAX_ID_CHARS]
+    if not key and not sub:
+        return ""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12] if key else ""
+    return f"{digest}/{sub}"
 
 
 async def _answer(op: str, payload: dict[str, Any]) -> Any:

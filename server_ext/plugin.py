@@ -60,6 +60,11 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
         if value is not None:
             os.environ[env] = str(value)
     config.PluginConfig.from_env()  # fail at start-up, in the launcher, not later in a scheduler
+    if getattr(args, "radix_cache_backend", None) == BACKEND and (getattr(args, "tokenizer_worker_num", 1) or 1) > 1:
+        # Extra HTTP workers never load plugins, so tags there would go unchecked and unscoped.
+        raise SystemExit(
+            "agentcache: --tokenizer-worker-num > 1 is not supported with --radix-cache-backend agentcache"
+        )
     if getattr(args, "radix_cache_backend", None) != BACKEND and getattr(args, "agentcache_policy", None):
         logger.warning("agentcache: --agentcache-policy has no effect without --radix-cache-backend %s", BACKEND)
 

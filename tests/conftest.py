@@ -18,6 +18,9 @@ def small_traces():
     return {family: generate(family, GenConfig(workflows=30, rate=1.0, seed=3)) for family in FAMILIES}
 
 
+API_KEY = "test-key"
+
+
 def free_port() -> int:
     import socket
 
@@ -29,12 +32,19 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """The real SGLang server with the plugin (CPU mode, tiny model, pbkv), once per test run."""
+    import httpx
+
     from agentcache.server_ext.launcher import ServeOptions, Server
 
     capacity = 4000
     log = tmp_path_factory.mktemp("server") / "sglang.log"
     opts = ServeOptions(
-        model_size="tiny", policy="pbkv", port=free_port(), max_total_tokens=capacity, log_path=str(log)
+        model_size="tiny",
+        policy="pbkv",
+        port=free_port(),
+        max_total_tokens=capacity,
+        log_path=str(log),
+        api_key=API_KEY,
     )
     srv = Server(opts)
     try:
@@ -43,5 +53,7 @@ def server(tmp_path_factory):
         print(log.read_text()[-5000:] if log.exists() else "no server log")
         raise
     srv.capacity = capacity
+    srv.client = httpx.Client(base_url=srv.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
     yield srv
+    srv.client.close()
     srv.stop()

@@ -17,29 +17,29 @@ def ids(seed: str, n: int) -> list[int]:
     return [rng.randrange(10, VOCAB) for _ in range(n)]
 
 
-def generate(server, input_ids, tags=None, max_new_tokens=4):
+def generate(server, input_ids, tags=None, max_new_tokens=4, headers=None):
     params = {"max_new_tokens": max_new_tokens, "temperature": 0}
     if tags is not None:
         params["custom_params"] = {"agentcache": tags}
-    r = httpx.post(f"{server.base_url}/generate", json={"input_ids": input_ids, "sampling_params": params}, timeout=120)
+    r = server.client.post("/generate", json={"input_ids": input_ids, "sampling_params": params}, headers=headers)
     r.raise_for_status()
     return r.json()["meta_info"]
 
 
-def stats(server):
-    r = httpx.get(f"{server.base_url}/agentcache/v1/stats", timeout=30)
+def stats(server, headers=None):
+    r = server.client.get("/agentcache/v1/stats", headers=headers)
     r.raise_for_status()
     return r.json()
 
 
-def view(server, workflow):
-    r = httpx.get(f"{server.base_url}/agentcache/v1/workflows/{workflow}", timeout=30)
+def view(server, workflow, headers=None):
+    r = server.client.get(f"/agentcache/v1/workflows/{workflow}", headers=headers)
     r.raise_for_status()
     return r.json()
 
 
-def end(server, workflow):
-    r = httpx.post(f"{server.base_url}/agentcache/v1/workflows/{workflow}/end", timeout=30)
+def end(server, workflow, headers=None):
+    r = server.client.post(f"/agentcache/v1/workflows/{workflow}/end", headers=headers)
     r.raise_for_status()
     return r.json()
 
@@ -67,7 +67,7 @@ def test_an_ended_workflows_private_nodes_go_before_an_active_ones(server):
 
 
 def test_health_and_stats_answer(server):
-    health = httpx.get(f"{server.base_url}/agentcache/v1/health", timeout=30).json()
+    health = server.client.get("/agentcache/v1/health", timeout=30).json()
     assert health == {"status": "ok", "policy": "pbkv", "schedulers": 1}
     s = stats(server)
     for key in ("active_workflows", "retired_workflows", "evicted_tokens", "held_tokens", "hit_tokens", "invalid_tags"):
@@ -93,7 +93,7 @@ def test_chat_tags_reach_the_nodes_and_the_fixed_prompt_is_its_own_node(server):
                 }
             },
         }
-        r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=120)
+        r = server.client.post("/v1/chat/completions", json=body, timeout=120)
         r.raise_for_status()
         return r.json()["usage"]
 
@@ -136,17 +136,42 @@ def test_malformed_and_missing_tags_are_served_and_counted(server):
     assert after["tagged_requests"] == before["tagged_requests"]
     unknown = end(server, "never-started")
     assert unknown == {"workflow": "never-started", "ended": False}
-    assert httpx.post(f"{server.base_url}/agentcache/v1/workflows/%09tab/end", timeout=30).status_code == 400
+    assert server.client.post("/agentcache/v1/workflows/%09tab/end", timeout=30).status_code == 400
 
 
 def test_out_of_vocabulary_ids_get_a_clear_error_not_a_dead_server(server):
     body = {"input_ids": [1, 2, 10**6], "sampling_params": {"max_new_tokens": 1}}
-    r = httpx.post(f"{server.base_url}/generate", json=body, timeout=60)
+    r = server.client.post("/generate", json=body, timeout=60)
     assert r.status_code == 400 and "out-of-vocabulary token id 1000000" in r.text
     assert generate(server, ids("still-alive", 20))["prompt_tokens"] == 20
 
 
 def test_agentcache_counters_are_on_prometheus_metrics(server):
-    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text  # public, as in SGLang
     assert "agentcache_events_total" in text and 'event="tagged_requests"' in text
     assert "agentcache_tokens_total" in text
+
+
+def test_control_routes_need_the_servers_api_key(server):
+    for method, path in (("GET", "stats"), ("GET", "health"), ("GET", "workflows/w"), ("POST", "workflows/w/end")):
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = httpx.request(method, f"{server.base_url}/agentcache/v1/{path}", headers=headers, timeout=30)
+            assert r.status_code == 401, (path, headers)
+
+
+def test_tenants_never_see_or_end_each_others_workflows(server):
+    alice, bob = {"x-agentcache-tenant": "alice"}, {"x-agentcache-tenant": "bob"}
+    tags = {"v": 1, "workflow": "shared-name", "agent": "a:t"}
+    generate(server, ids("alice-prompt", 60), tags, headers=alice)
+    generate(server, ids("bob-prompt", 60), tags, headers=bob)
+    generate(server, ids("bob-prompt-2", 60), {**tags, "tenant": "alice"}, headers=bob)  # a claimed tenant is ignored
+    assert view(server, "shared-name", alice)["requests"] == 1
+    assert view(server, "shared-name", bob)["requests"] == 2
+    assert end(server, "shared-name", bob) == {"workflow": "shared-name", "ended": True}
+    assert view(server, "shared-name", alice)["active"], "bob's end event did not end alice's workflow"
+    assert not view(server, "shared-name", bob)["active"]
+    generate(server, ids("bob-only", 30), {**tags, "workflow": "bob-only"}, headers=bob)
+    assert "shared-name" in stats(server, alice)["workflows"]
+    assert "bob-only" not in stats(server, alice)["workflows"] and "bob-only" in stats(server, bob)["workflows"]
+    assert end(server, "shared-name", alice)["ended"]
+    end(server, "bob-only", bob)

@@ -27,6 +27,8 @@ TAGS_ATTR = "agentcache_tags"
 # Per-node workflow sets are pruned of retired ids once they grow past this,
 # so a shared prefix touched by thousands of workflows stays small.
 PRUNE_WORKFLOWS_AT = 64
+# Agents whose fixed-prompt node is remembered for prefetching; the least recently seen go first.
+MAX_TRACKED_AGENTS = 4096
 
 
 class RequestTags(NamedTuple):
@@ -101,12 +103,16 @@ class CachePolicy(ABC):
 
     def __init__(self, registry: WorkflowRegistry | None = None):
         self.registry = registry if registry is not None else WorkflowRegistry()
+        # Where each active workflow's cache ends per agent, and each agent's fixed prompt ends:
+        # what a prefetch would load back for the workflow's (or any workflow's) next call.
+        self.history_leaf: dict[str, dict[str, Any]] = {}  # workflow -> agent -> deepest node written
+        self.fixed_leaf: dict[str, Any] = {}  # agent -> deepest node of its fixed prompt
 
     # -- events from the adapter
 
     def on_request(self, tags: RequestTags, now: float) -> WorkflowState:
         for state in self.registry.expire(now):
-            self.on_workflow_retired(state)
+            self._retire(state)
         state, previous = self.registry.observe(tags.workflow, tags.agent, now)
         self.on_transition(state, previous)
         return state
@@ -116,8 +122,12 @@ class CachePolicy(ABC):
         state = self.registry.end(workflow)
         if state is None:
             return False
-        self.on_workflow_retired(state)
+        self._retire(state)
         return True
+
+    def _retire(self, state: WorkflowState) -> None:
+        self.history_leaf.pop(state.id, None)
+        self.on_workflow_retired(state)
 
     def tag_path(self, path: Sequence[Any], tags: RequestTags, now: float, matched_tokens: int) -> None:
         """Record that the request `tags` used every node of `path` (root's child first)."""
@@ -138,6 +148,13 @@ class CachePolicy(ABC):
                 t.hits += 1
             t.last_access = now
             t.depth = depth
+            if depth <= tags.fixed_tokens:
+                self.fixed_leaf.pop(tags.agent, None)  # re-insert: most recently used agents last
+                self.fixed_leaf[tags.agent] = node
+                if len(self.fixed_leaf) > MAX_TRACKED_AGENTS:
+                    del self.fixed_leaf[next(iter(self.fixed_leaf))]
+        if path and self.registry.is_active(tags.workflow):
+            self.history_leaf.setdefault(tags.workflow, {})[tags.agent] = path[-1]
 
     def _prune(self, t: NodeTags) -> None:
         for workflow in [w for w in t.workflows if not self.registry.is_active(w)]:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy.base import CacheNode, CachePolicy, NodeTags, RequestTags, node_tokens, tags_of
 from agentcache.policy.gaps import GapModel
+from agentcache.policy.prefetch import Candidate
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor import END, MarkovPredictor, Predictor
 
@@ -81,6 +82,7 @@ class PBKVPolicy(CachePolicy):
         self._last_start: float | None = None
         self._now = 0.0
         self._values: dict[str, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
+        self._next: dict[str, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
         self._weights: dict[str, float] = {}  # workflow -> timing weight phi_w
         self._demand: dict[str, float] = {}  # D(a) = sum over active workflows of phi_w v_w(a) (+ arrivals)
         self._refreshed = (-1, -1.0)
@@ -100,11 +102,32 @@ class PBKVPolicy(CachePolicy):
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.predictor.observe(state.path[:-1], state.agent)
-        self._values[state.id] = self.workflow_values(state)
+        rows = self.predictor.predict(state.path)
+        self._values[state.id] = self.discounted(rows)
+        self._next[state.id] = {a: p for a, p in rows[0].items() if a != END and p > 0.0}
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         self.predictor.observe(state.path, END)
         self._values.pop(state.id, None)
+        self._next.pop(state.id, None)
+
+    def prefetch_candidates(self) -> list[Candidate]:
+        """Each active workflow's history for its likely next agent, and those agents' fixed prompts,
+        valued by the probability of being read at the very next step (PBKV's one-step reuse value)."""
+        out = []
+        next_callers: dict[str, float] = {}
+        for workflow, row in self._next.items():
+            leaves = self.history_leaf.get(workflow, {})
+            for agent, p in row.items():
+                next_callers[agent] = next_callers.get(agent, 0.0) + p
+                node = leaves.get(agent)
+                if node is not None:
+                    out.append(Candidate(node, p))
+        for agent, p in next_callers.items():
+            node = self.fixed_leaf.get(agent)
+            if node is not None:
+                out.append(Candidate(node, p, fixed_agent=agent))
+        return out
 
     # -- forecasts
 
@@ -118,9 +141,6 @@ class PBKVPolicy(CachePolicy):
                     values[agent] = values.get(agent, 0.0) + weight * p
             weight *= self.gamma
         return values
-
-    def workflow_values(self, state: WorkflowState) -> dict[str, float]:
-        return self.discounted(self.predictor.predict(state.path))
 
     def arrivals(self) -> dict[str, float]:
         """Discounted calls of each agent by workflows that start within the horizon."""

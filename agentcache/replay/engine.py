@@ -3,21 +3,28 @@
 Per request, as the server does (see SGLang 0.5.23 ``scheduler`` / ``UnifiedRadixCache``):
 
 1. match the prompt, at most prompt-1 tokens (the last one is always computed);
+   with a host tier, load the part that only host memory still holds back to
+   the device (``load_back``), as the scheduler's admission does;
 2. lock the matched node, allocate slots for prompt + output - 1 tokens, evicting
    whole leaves through the cache (``evict_for_alloc``) when short;
 3. insert prompt + output - 1 into the tree, then re-insert the prompt and the
    fixed prompt so node boundaries fall at both;
-4. unlock; tag the path for the policy.
+4. unlock; tag the path for the policy; with a host tier, run the scheduler
+   step's HiCache bookkeeping (write-through acks, load acks).
 
 The cache is SGLang's real ``UnifiedRadixCache`` on its Python tree core, over
-CPU KV pools of exactly `capacity` token slots.
+CPU KV pools of exactly `capacity` token slots; the host tier is SGLang's real
+HiCache (write-through, host pool of `host_capacity` slots, its own eviction).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from array import array
 from dataclasses import dataclass
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
@@ -27,16 +34,20 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from agentcache.policy import CachePolicy, RequestTags
+from agentcache.policy import CachePolicy, RequestTags, tags_of
 from agentcache.replay.tokens import EncodedRequest
 from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
 
 # SGLang's built-in eviction strategies (--radix-eviction-policy), replayed beside ours.
 BUILTIN_STRATEGIES = ("lfu", "slru", "tlru", "priority", "fifo", "mru", "filo", "lru")
+PREFETCHED_ATTR = "agentcache_prefetched"  # set on nodes a prefetch brought to the device, until read
+WARMUP_WORKFLOW = "\x00warm-up"  # the pseudo workflow of warm-up requests (never active, never ended)
 
 
 class ServeResult(NamedTuple):
-    hit_tokens: int  # prompt tokens served from device cache
+    hit_tokens: int  # prompt tokens served from the device cache as it was when the request came
+    loaded_tokens: int  # prompt tokens loaded back from the host tier for this request
+    prefetched_tokens: int  # of the hit tokens, those a prefetch had brought to the device
     admitted: bool  # False when even an empty cache could not hold the request
 
 
@@ -47,8 +58,49 @@ class CacheStats:
     oversized: int = 0
 
 
-def build_cache(capacity: int, builtin: str | None = None) -> UnifiedRadixCache:
-    """A UnifiedRadixCache over CPU pools of exactly `capacity` slots (page size 1).
+def _host_tier_args(capacity: int, host_capacity: int) -> Any:
+    """HiCache reads its settings from SGLang's published server args: publish what a replay needs."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import ServerArgs
+
+    from agentcache.server_ext.cpu import apply_cpu_hicache_shims
+
+    apply_cpu_hicache_shims()
+    # ServerArgs resolves a model config; a one-layer stub stands in (the replay runs no model).
+    stub = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentcache" / "replay-model-config"
+    stub.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 8,
+        "intermediate_size": 16,
+        "num_attention_heads": 1,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 1,
+        "vocab_size": 128,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "torch_dtype": "float16",
+        "head_dim": 8,
+    }
+    (stub / "config.json").write_text(json.dumps(config))
+    args = ServerArgs(
+        model_path=str(stub),
+        skip_tokenizer_init=True,
+        device="cpu",
+        enable_hierarchical_cache=True,
+        hicache_ratio=host_capacity / capacity,
+        hicache_io_backend="direct",
+        hicache_mem_layout="layer_first",
+        hicache_write_policy="write_through",
+    )
+    runtime_context.publish(args, role="test")
+    return args
+
+
+def build_cache(capacity: int, builtin: str | None = None, host_capacity: int = 0) -> UnifiedRadixCache:
+    """A UnifiedRadixCache over CPU pools of exactly `capacity` slots (page size 1), with a host tier if asked.
 
     `builtin` picks one of SGLang's own strategies; otherwise the caller
     installs an agentcache policy.
@@ -82,38 +134,59 @@ def build_cache(capacity: int, builtin: str | None = None) -> UnifiedRadixCache:
     )
     # With `builtin`, the tree core builds the strategy from SGLang's own table (and turns on
     # the per-node bookkeeping tlru needs), exactly as --radix-eviction-policy does.
-    return UnifiedRadixCache(params)
+    cache = UnifiedRadixCache(params)
+    if host_capacity > 0:
+        cache.init_hicache(_host_tier_args(capacity, host_capacity), params)
+        cache.load_back_threshold = 1  # the server's default of 10 would skip tiny host hits; the replay counts all
+    return cache
 
 
 class ReplayCache:
-    """A capacity-bounded SGLang cache plus the policy that orders its evictions."""
+    """A capacity-bounded SGLang cache (with an optional host tier) plus the policy that orders its evictions."""
 
-    def __init__(self, capacity: int, policy: CachePolicy, builtin: str | None = None):
+    def __init__(self, capacity: int, policy: CachePolicy, builtin: str | None = None, host_capacity: int = 0):
         if capacity < 2:
             raise ValueError(f"capacity must be >= 2 tokens, got {capacity}")
+        if host_capacity < 0:
+            raise ValueError(f"host capacity must be >= 0 tokens, got {host_capacity}")
         self.capacity = capacity
         self.policy = policy
-        self.cache = build_cache(capacity, builtin)
+        self.cache = build_cache(capacity, builtin, host_capacity)
+        self.host_tier = host_capacity > 0
         # With a built-in strategy the policy only keeps tags (for per-class statistics).
         install_policy(self.cache, policy, order_eviction=builtin is None)
         self.allocator = self.cache.token_to_kv_pool_allocator
         self.component: TaggedFullComponent = self.cache.components[FULL]
         self.stats = CacheStats()
+        self._fixed_tokens: dict[str, array] = {}  # agent -> its fixed prompt's tokens, for warm-up requests
+        self._warmups = 0
+
+    def _match(self, tokens: array, prompt_len: int) -> tuple[int, int, Any]:
+        """(device hit, tokens loaded back from host, node the request's prefix ends at)."""
+        cache = self.cache
+        match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens[:prompt_len], limit=prompt_len - 1)))
+        if not (self.host_tier and match.host_hit_length > 0 and cache.load_back(match.best_match_node)):
+            return match.device_prefix_len, 0, match.last_device_node
+        loaded = len(cache.tree_core.collect_full_device_indices(match.best_match_node, match.last_device_node))
+        cache.ready_to_load_host_cache()
+        return match.device_prefix_len, loaded, match.best_match_node
 
     def serve(self, enc: EncodedRequest, tags: RequestTags, now: float) -> ServeResult:
         cache = self.cache
         tokens = array("q", enc.tokens)
         prompt_len = enc.prompt_len
         kv_len = len(tokens) - 1  # the last generated token is never fed back, so it has no KV
-        match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens[:prompt_len], limit=prompt_len - 1)))
-        hit = match.device_prefix_len
-        lock = cache.lock(match.last_device_node)
+        hit, loaded, anchor = self._match(tokens, prompt_len)
+        cached = hit + loaded
+        lock = cache.lock(anchor)
         try:
-            need = kv_len - hit
+            path = path_nodes(cache, anchor)
+            prefetched = _take_prefetched(path)
+            need = kv_len - cached
             if need > self.allocator.available_size() + cache.evictable_size():
                 # The scheduler would never admit it (its budget is free + evictable).
                 self.stats.oversized += 1
-                return ServeResult(0, admitted=False)
+                return ServeResult(0, 0, 0, admitted=False)
             shortfall = need - self.allocator.available_size()
             if shortfall > 0:
                 result = cache.evict_for_alloc(EvictParams(num_tokens=shortfall))
@@ -124,16 +197,98 @@ class ReplayCache:
                 raise RuntimeError(
                     f"allocation of {need} slots failed after eviction; the cache's accounting is broken"
                 )
-            prefix = cache.path_device_indices(match.last_device_node)[:hit]
+            prefix = cache.path_device_indices(anchor)[:cached]
             values = torch.cat([prefix.to(torch.int64), fresh.to(torch.int64)])
             key = RadixKey(tokens[:kv_len])
-            inserted = cache.insert(InsertParams(key=key, value=values, prev_prefix_len=hit, inserted_len=0))
+            inserted = cache.insert(InsertParams(key=key, value=values, prev_prefix_len=cached, inserted_len=0))
             split_at(cache, key, values, prompt_len, priority=1)
             split_at(cache, key, values, enc.fixed_len)
-            self.policy.tag_path(path_nodes(cache, inserted.last_device_node), tags, now, hit)
+            self.policy.tag_path(path_nodes(cache, inserted.last_device_node), tags, now, cached)
         finally:
             cache.unlock(lock)
-        return ServeResult(hit, admitted=True)
+            if self.host_tier:
+                cache.check_hicache_events()  # the scheduler step: write-through and load acks
+        return ServeResult(hit, loaded, prefetched, admitted=True)
+
+    def prefetch(self, node: Any) -> int:
+        """Load a host-only node (and its host-only ancestors) back to the device; tokens loaded, 0 if none."""
+        cache = self.cache
+        if not self.host_tier or node.parent is None or not node.evicted or not node.backuped:
+            return 0
+        host_only = []
+        walk = node
+        while walk.parent is not None and walk.evicted:
+            host_only.append(walk)
+            walk = walk.parent
+        if not cache.load_back(node.id):
+            return 0
+        cache.ready_to_load_host_cache()
+        cache.check_hicache_events()
+        for loaded in host_only:
+            setattr(loaded, PREFETCHED_ATTR, True)
+        return sum(len(n.key) for n in host_only)
+
+    def host_only_tokens(self, node: Any) -> int:
+        """Tokens a load-back of `node` would bring to the device (0 unless host memory alone holds it)."""
+        if not self.host_tier or node.parent is None or not node.evicted or not node.backuped:
+            return 0
+        total = 0
+        while node.parent is not None and node.evicted:
+            total += len(node.key)
+            node = node.parent
+        return total
+
+    def warm(self, agent: str, now: float, max_tokens: int) -> int:
+        """Recompute `agent`'s fixed prompt into the cache with a 1-token request (no host tier needed).
+
+        CacheScout's warm-up request: the tokens are those of the agent's last
+        fixed prompt seen here. Returns the tokens computed: 0 if the prompt is
+        already cached or computing it would take more than `max_tokens`.
+        """
+        tokens = self._fixed_tokens.get(agent)
+        if tokens is None:
+            return 0
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, limit=len(tokens) - 1)))
+        before = match.device_prefix_len
+        if before >= len(tokens) - 1 or len(tokens) - before > max_tokens:
+            return 0
+        self._warmups += 1
+        probe = EncodedRequest(list(tokens) + [-self._warmups], len(tokens), len(tokens), ())
+        result = self.serve(probe, RequestTags(WARMUP_WORKFLOW, agent, len(tokens)), now)
+        if not result.admitted:
+            return 0
+        depth = 0
+        end = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens))).last_device_node
+        for node in path_nodes(self.cache, end):
+            depth += len(node.key)
+            if depth > before:
+                setattr(node, PREFETCHED_ATTR, True)
+        return len(tokens) - before
+
+    def remember_fixed_prompt(self, agent: str, enc: EncodedRequest) -> None:
+        if enc.fixed_len > 1:
+            self._fixed_tokens[agent] = array("q", enc.tokens[: enc.fixed_len])
+
+    def retired_tokens(self) -> int:
+        """Device tokens held only by ended workflows (what a conservative prefetch may displace)."""
+        total = 0
+        stack = list(self.cache.tree_core.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if not node.evicted and self.policy.is_retired(tags_of(node)):
+                total += len(node.key)
+        return total
 
     def held_tokens(self) -> int:
         return self.capacity - self.allocator.available_size()
+
+
+def _take_prefetched(path: list[Any]) -> int:
+    """Tokens of `path` a prefetch brought in and no request has read yet; marks them read."""
+    total = 0
+    for node in path:
+        if getattr(node, PREFETCHED_ATTR, None):
+            total += len(node.key)
+            setattr(node, PREFETCHED_ATTR, False)
+    return total

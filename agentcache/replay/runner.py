@@ -13,13 +13,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy import POLICIES, PolicyConfigError, RequestTags, WorkflowRegistry, make_policy, parse_ingredients
+from agentcache.policy import (
+    POLICIES,
+    PolicyConfigError,
+    RequestTags,
+    WorkflowRegistry,
+    make_policy,
+    parse_ingredients,
+    prefetch,
+)
 from agentcache.policy.lru import LRUPolicy
+from agentcache.predictor import Predictor
 from agentcache.replay.engine import BUILTIN_STRATEGIES, ReplayCache
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
 from agentcache.trace import End, Request, Trace
 
 TIMELINE_POINTS = 40
+WARMUP = "warmup"
 
 
 def known_policies() -> tuple[str, ...]:
@@ -32,11 +42,26 @@ def parse_policies(spec: str) -> list[str]:
         raise PolicyConfigError("no policy given")
     known = known_policies()
     for name in names:
-        if name.startswith("pbkv/"):
-            parse_ingredients(name)
-        elif name not in known:
+        base, _ = split_prefetch(name)
+        if base.startswith("pbkv/"):
+            parse_ingredients(base)
+        elif base not in known:
             raise PolicyConfigError(f"unknown policy {name!r}; choose from {', '.join(known)}")
     return list(dict.fromkeys(names))
+
+
+PREFETCH_SUFFIXES = {"+prefetch": prefetch.CONSERVATIVE, "+prefetch-aggressive": prefetch.AGGRESSIVE, "+warmup": WARMUP}
+
+
+def split_prefetch(name: str) -> tuple[str, str | None]:
+    """`pbkv+prefetch` -> ("pbkv", "conservative"); prefetching needs the pbkv family's forecasts."""
+    for suffix, mode in PREFETCH_SUFFIXES.items():
+        if name.endswith(suffix):
+            base = name[: -len(suffix)]
+            if not (base == "pbkv" or base.startswith("pbkv/")):
+                raise PolicyConfigError(f"{name!r}: prefetching ({suffix}) works with pbkv policies only")
+            return base, mode
+    return name, None
 
 
 @dataclass
@@ -48,6 +73,10 @@ class ReplayResult:
     hit_tokens: int = 0
     recomputed_tokens: int = 0
     oversized_requests: int = 0
+    host_capacity: int = 0
+    host_hit_tokens: int = 0  # prompt tokens loaded back from host memory instead of recomputed
+    prefetched_tokens: int = 0  # tokens a prefetch (or warm-up request) brought to the device
+    prefetch_used_tokens: int = 0  # of those, tokens a request then read
     modelled_latency_s: float = 0.0
     gap_closed: float | None = None
     evicted_tokens: dict[str, int] = field(default_factory=dict)
@@ -82,6 +111,8 @@ def replay_policy(
     name: str,
     capacity: int,
     *,
+    host_capacity: int = 0,
+    predictor: Predictor | None = None,
     cost: CostModel = DEFAULT_COST,
     lease_s: float = 300.0,
     on_request: Callable[[], None] | None = None,
@@ -93,13 +124,17 @@ def replay_policy(
     def next_use(node: Any) -> float:
         return prepared.next_use.next_use(node.key.token_ids[0], current)
 
-    builtin = name if name in BUILTIN_STRATEGIES and name not in POLICIES else None
+    base, mode = split_prefetch(name)
+    builtin = base if base in BUILTIN_STRATEGIES and base not in POLICIES else None
     if builtin is not None:
         policy = LRUPolicy(registry)  # keeps tags for the statistics; SGLang's strategy orders eviction
     else:
-        policy = make_policy(name, registry=registry, call_graph=prepared.trace.meta.call_graph, next_use=next_use)
-    cache = ReplayCache(capacity, policy, builtin)
-    result = ReplayResult(policy=name, capacity=capacity)
+        policy = make_policy(
+            base, registry=registry, call_graph=prepared.trace.meta.call_graph, predictor=predictor, next_use=next_use
+        )
+    cache = ReplayCache(capacity, policy, builtin, host_capacity)
+    result = ReplayResult(policy=name, capacity=capacity, host_capacity=host_capacity)
+    last_ts = 0.0
     window = max(1, len(prepared.requests) // TIMELINE_POINTS)
     window_prompt = window_hit = 0
     started = time.perf_counter()
@@ -111,16 +146,22 @@ def replay_policy(
         current = index
         enc = prepared.encoded[index]
         index += 1
+        if mode is not None:  # before the request is known: the forecasts see only the past
+            result.prefetched_tokens += prefetch_step(cache, policy, mode, event.ts - last_ts, event.ts, cost)
+        last_ts = event.ts
         tags = RequestTags(event.workflow, event.agent, enc.fixed_len)
         policy.on_request(tags, event.ts)
         served = cache.serve(enc, tags, event.ts)
+        cache.remember_fixed_prompt(event.agent, enc)
         hit = served.hit_tokens
         result.requests += 1
         result.prompt_tokens += enc.prompt_len
         result.hit_tokens += hit
-        result.recomputed_tokens += enc.prompt_len - hit
+        result.host_hit_tokens += served.loaded_tokens
+        result.prefetch_used_tokens += served.prefetched_tokens
+        result.recomputed_tokens += enc.prompt_len - hit - served.loaded_tokens
         result.oversized_requests += not served.admitted
-        result.modelled_latency_s += cost.request_s(enc.prompt_len, hit, 0, event.output)
+        result.modelled_latency_s += cost.request_s(enc.prompt_len, hit, served.loaded_tokens, event.output)
         window_prompt += enc.prompt_len
         window_hit += hit
         if result.requests % window == 0:
@@ -131,6 +172,28 @@ def replay_policy(
     result.replay_wall_s = time.perf_counter() - started
     result.evicted_tokens = dict(cache.component.evicted_tokens)
     return result
+
+
+def prefetch_step(cache: ReplayCache, policy: Any, mode: str, idle_s: float, now: float, cost: CostModel) -> int:
+    """Spend the idle time before the next request on loading (or warming) what the forecasts want next."""
+    if mode == WARMUP:
+        # No host tier: recompute fixed prompts with 1-token requests, in idle compute time.
+        left = prefetch.budget(
+            prefetch.CONSERVATIVE, cache.allocator.available_size(), cache.retired_tokens(), idle_s, 1.0 / cost.linear_s
+        )
+        warmed = 0
+        for c in sorted(policy.prefetch_candidates(), key=lambda c: c.value, reverse=True):
+            if c.fixed_agent is None or warmed >= left:
+                continue
+            warmed += cache.warm(c.fixed_agent, now, left - warmed)
+        return warmed
+    if not cache.host_tier:
+        return 0
+    retired = cache.retired_tokens() if mode == prefetch.CONSERVATIVE else 0
+    budget = prefetch.budget(mode, cache.allocator.available_size(), retired, idle_s, 1.0 / cost.reload_s)
+    return sum(
+        cache.prefetch(node) for node in prefetch.plan(policy.prefetch_candidates(), budget, cache.host_only_tokens)
+    )
 
 
 def fill_gap_closed(results: Sequence[ReplayResult]) -> None:
@@ -152,13 +215,24 @@ def replay(
     policies: Sequence[str],
     capacities: Sequence[int],
     *,
+    host_capacity: int = 0,
+    predictor_factory: Callable[[], Predictor | None] = lambda: None,
     cost: CostModel = DEFAULT_COST,
     lease_s: float = 300.0,
     on_request: Callable[[], None] | None = None,
 ) -> list[ReplayResult]:
     prepared = PreparedTrace(trace)
     results = [
-        replay_policy(prepared, name, capacity, cost=cost, lease_s=lease_s, on_request=on_request)
+        replay_policy(
+            prepared,
+            name,
+            capacity,
+            host_capacity=host_capacity,
+            predictor=predictor_factory(),
+            cost=cost,
+            lease_s=lease_s,
+            on_request=on_request,
+        )
         for capacity in capacities
         for name in policies
     ]
