@@ -13,7 +13,10 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from agentcache.predictor.cli import register as add_predictor_commands
+
 console = Console(stderr=True)
+DEFAULT_PREDICTOR = "markov-n:3"  # pbkv's own default forecaster
 
 
 class UsageError(Exception):
@@ -111,7 +114,9 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
         "--host-capacity", type=int, default=0, help="host-memory tier (HiCache) in tokens; 0: none (default)"
     )
     p.add_argument(
-        "--predictor", default="markov", help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt"
+        "--predictor",
+        default=DEFAULT_PREDICTOR,
+        help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt (default %(default)s)",
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
     p.add_argument("--json", action="store_true", help="print one JSON list, an object per run")
@@ -146,6 +151,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     from agentcache.predictor import load_predictor
 
     spec = f"noise:{args.noise}:{args.predictor}" if args.noise > 0 else args.predictor
+    default = spec == DEFAULT_PREDICTOR  # each policy keeps its own forecaster (pbkv-paper: Markov-1)
     try:
         load_predictor(spec, trace.meta)  # fail now, clearly, not in the middle of a replay
     except (ValueError, OSError) as exc:
@@ -160,7 +166,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     options = {
         "host_capacity": args.host_capacity,
         "lease_s": args.lease,
-        "predictor_factory": lambda: load_predictor(spec, trace.meta),
+        "predictor_factory": lambda: None if default else load_predictor(spec, trace.meta),
     }
     try:
         if args.json:
@@ -213,6 +219,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hicache", action="store_true", help="enable SGLang's host-memory tier (HiCache)")
     p.add_argument("--lease", type=float, help="seconds without a request before a workflow is retired")
     p.add_argument("--call-graph", help="JSON file with the static call graph (for kvflow)")
+    p.add_argument("--predictor", help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default markov-n:3)")
     p.add_argument("--api-key", help="API key the server requires (also on the agentcache routes)")
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then extra SGLang flags")
     p.set_defaults(run=_run_serve)
@@ -238,6 +245,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         hicache=args.hicache,
         lease_s=args.lease,
         call_graph=args.call_graph,
+        predictor=args.predictor,
         api_key=args.api_key,
         extra_args=extra,
     )
@@ -341,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay(sub)
     _add_serve(sub)
     _add_demo(sub)
+    add_predictor_commands(sub)
     return parser
 
 
@@ -350,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except UsageError as exc:
-        console.print(f"[red]agentcache {args.command}: {exc}[/red]")
+        console.print(f"agentcache {args.command}: {exc}", style="red", soft_wrap=True, markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -13,6 +13,7 @@ only touch requests to the configured server, and only inside a workflow.
 
 from agentcache_sdk._config import Settings, configure, settings
 from agentcache_sdk._hooks import install as _install
+from agentcache_sdk._hooks import usage
 from agentcache_sdk._record import Recorder, record
 from agentcache_sdk._workflow import (
     WorkflowContext,
@@ -42,5 +43,6 @@ __all__ = [
     "flush",
     "record",
     "settings",
+    "usage",
     "workflow",
 ]

@@ -12,6 +12,7 @@ other endpoint ever sees the extra fields.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,8 @@ from agentcache_sdk._workflow import current_agent_name, current_workflow
 ROUTING_HEADER = "x-smg-routing-key"  # sglang-router pins a workflow's requests to one worker with it
 _TAGGED_PATHS = ("/chat/completions", "/generate")
 _installed = False
+usage_totals: dict[str, int] = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0}
+_usage_lock = threading.Lock()
 observers: list[Any] = []  # callables(sent_at, request_body, response_json, tags) after a tagged request (the recorder)
 
 
@@ -150,14 +153,73 @@ def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None
 def _observe(
     sent_at: float, body: dict[str, Any] | None, tags: dict[str, Any] | None, response: httpx.Response, payload: bytes
 ) -> None:
-    if not observers or body is None or tags is None or body.get("stream") or response.status_code != 200:
+    """Count the server's usage figures, and hand tagged exchanges to the observers (the recorder)."""
+    if body is None or body.get("stream") or response.status_code != 200:
         return
     try:
         data = json.loads(payload)
     except ValueError:
         return
-    for observer in list(observers):
-        observer(sent_at, body, data, tags)
+    if not isinstance(data, dict):
+        return
+    _count_usage(data)
+    if tags is not None:
+        for observer in list(observers):
+            observer(sent_at, body, data, tags)
+
+
+def _count_usage(data: dict[str, Any]) -> None:
+    usage = data.get("usage")
+    if isinstance(usage, dict):  # OpenAI routes
+        details = usage.get("prompt_tokens_details") or {}
+        prompt, cached = usage.get("prompt_tokens"), details.get("cached_tokens")
+    else:  # /generate
+        meta = data.get("meta_info") or {}
+        prompt, cached = meta.get("prompt_tokens"), meta.get("cached_tokens")
+    with _usage_lock:
+        usage_totals["requests"] += 1
+        usage_totals["prompt_tokens"] += prompt if isinstance(prompt, int) else 0
+        usage_totals["cached_tokens"] += cached if isinstance(cached, int) else 0
+
+
+def usage() -> dict[str, int]:
+    """Requests, prompt tokens and cached prompt tokens of the (non-streamed) responses from the server so far."""
+    with _usage_lock:
+        return dict(usage_totals)
+
+
+class _TeeStream(httpx.SyncByteStream):
+    """A response body read lazily by the client (the openai SDK reads its JSON that way): observed once read."""
+
+    def __init__(self, inner: Any, done: Any):
+        self._inner, self._done, self._buffer = inner, done, bytearray()
+
+    def __iter__(self) -> Any:
+        for chunk in self._inner:
+            self._buffer += chunk
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+        done, self._done = self._done, None
+        if done is not None:
+            done(bytes(self._buffer))
+
+
+class _AsyncTeeStream(httpx.AsyncByteStream):
+    def __init__(self, inner: Any, done: Any):
+        self._inner, self._done, self._buffer = inner, done, bytearray()
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self._inner:
+            self._buffer += chunk
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+        done, self._done = self._done, None
+        if done is not None:
+            done(bytes(self._buffer))
 
 
 def _install_httpx() -> None:
@@ -168,16 +230,26 @@ def _install_httpx() -> None:
         request, body, tags = _retag(request)
         sent_at = time.monotonic()
         response = sync_send(self, request, **kwargs)
-        if observers and tags is not None and not kwargs.get("stream"):
-            _observe(sent_at, body, tags, response, response.read())
+        if body is not None and not body.get("stream"):
+            if kwargs.get("stream"):
+                response.stream = _TeeStream(
+                    response.stream, lambda data: _observe(sent_at, body, tags, response, data)
+                )
+            else:
+                _observe(sent_at, body, tags, response, response.read())
         return response
 
     async def send_async(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         request, body, tags = _retag(request)
         sent_at = time.monotonic()
         response = await async_send(self, request, **kwargs)
-        if observers and tags is not None and not kwargs.get("stream"):
-            _observe(sent_at, body, tags, response, await response.aread())
+        if body is not None and not body.get("stream"):
+            if kwargs.get("stream"):
+                response.stream = _AsyncTeeStream(
+                    response.stream, lambda data: _observe(sent_at, body, tags, response, data)
+                )
+            else:
+                _observe(sent_at, body, tags, response, await response.aread())
         return response
 
     httpx.Client.send = send

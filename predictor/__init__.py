@@ -49,8 +49,10 @@ def load_predictor(spec: str, trace_meta: Meta | None = None, *, horizon: int = 
     if kind == "neural":
         if not rest:
             raise ValueError(f"predictor {spec!r}: neural needs a model file, like neural:model.pt")
-        from agentcache.predictor.neural import NeuralPredictor
-
+        try:
+            from agentcache.predictor.neural import NeuralPredictor
+        except ImportError:
+            raise ValueError("the neural predictor needs torch: pip install 'agentcache[predictor]'") from None
         return NeuralPredictor.load(rest)
     if kind == "noise":
         lam_text, _, inner = rest.partition(":")

@@ -29,7 +29,7 @@ class MarkovPredictor(Predictor):
         self.name = "markov" if order == 1 else f"markov-{order}"
         # counts[context tuple] -> {next: count}; contexts of every length 1..order, and () for the global prior
         self.counts: dict[tuple[str, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.outcomes: set[str] = {END}
+        self.outcomes: dict[str, None] = {END: None}  # ordered: rows (and their sums) are the same in every process
         self._row_cache: dict[tuple[str, ...], dict[str, float]] = {}
 
     def _context(self, path: Sequence[str]) -> tuple[str, ...]:
@@ -38,7 +38,7 @@ class MarkovPredictor(Predictor):
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         if not path and next_agent == END:
             return  # a workflow that never called anything teaches nothing
-        self.outcomes.add(next_agent)
+        self.outcomes[next_agent] = None
         context = self._context(path)
         for n in range(0, len(context) + 1):
             self.counts[context[len(context) - n :]][next_agent] += 1.0

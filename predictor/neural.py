@@ -27,7 +27,8 @@ learns by replacing a few path tokens with UNK.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,7 +53,7 @@ class NeuralConfig:
 
 
 class ForecastNet(nn.Module):
-    """The network: token ids, path lengths and semantic vectors in, log rows [B, K, agents + END] out."""
+    """The network: token ids, path lengths and semantic vectors in, hazard logits [B, K, agents + END] out."""
 
     def __init__(
         self,
@@ -144,17 +145,33 @@ def compose_hazards(logits: torch.Tensor) -> torch.Tensor:
     return torch.cat([agents, ended.unsqueeze(-1)], dim=-1)
 
 
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block, then restore the caller's setting.
+
+    This model's ops are tiny: on more threads each becomes an OpenMP region, and under CPU
+    contention a forecast measured 10-40x slower (milliseconds instead of a fraction of one).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _row_normalised(counts: torch.Tensor) -> torch.Tensor:
     totals = counts.sum(dim=1, keepdim=True)
     return torch.where(totals > 0, counts / totals.clamp(min=1e-12), torch.zeros_like(counts))
 
 
 class NeuralPredictor(Predictor):
-    """Wraps a ForecastNet with its vocabulary; `predict` runs one state through it.
+    """Wraps a ForecastNet with its vocabulary; `predict` runs one state through it, on one thread.
 
     `observe` is a no-op: the model is trained offline (training.py) and frozen in
     the policy, where a per-transition gradient step would cost more than the
     forecast and drift without a held-out check. Retrain on fresh traces instead.
+    Frozen also means the node embeddings are computed once, at the first forecast.
     """
 
     name = "neural"
@@ -233,7 +250,7 @@ class NeuralPredictor(Predictor):
     # -- the Predictor interface
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
-        with torch.inference_mode():
+        with one_thread(), torch.inference_mode():
             if self._nodes is None:
                 self._nodes = self.net.node_embeddings()
             hazards = torch.softmax(self.net(*self.encode([path], [hidden]), self._nodes)[0], dim=-1).tolist()
@@ -278,14 +295,17 @@ class NeuralPredictor(Predictor):
             raise ValueError(f"{path} is not a neural predictor file ({exc.__class__.__name__})") from None
         if not isinstance(saved, dict) or saved.get("format") != FILE_FORMAT:
             raise ValueError(f"{path} is not a neural predictor file of format {FILE_FORMAT}")
-        state = saved["state_dict"]
-        predictor = cls(
-            saved["agents"],
-            torch.zeros_like(state["out_mean"]),
-            saved["horizon"],
-            saved["hidden_dim"],
-            saved["max_length"],
-            NeuralConfig(**saved["config"]),
-        )
-        predictor.net.load_state_dict(state)
+        try:
+            state = saved["state_dict"]
+            predictor = cls(
+                saved["agents"],
+                torch.zeros_like(state["out_mean"]),
+                saved["horizon"],
+                saved["hidden_dim"],
+                saved["max_length"],
+                NeuralConfig(**saved["config"]),
+            )
+            predictor.net.load_state_dict(state)
+        except (KeyError, TypeError, RuntimeError) as exc:
+            raise ValueError(f"{path} is a damaged neural predictor file ({exc.__class__.__name__}: {exc})") from None
         return predictor

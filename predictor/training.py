@@ -10,7 +10,8 @@ Evaluation replays a trace in order, as the policy sees it: at each request
 the predictor first observes the transition it reveals, then forecasts the
 workflow's new state; an end event is observed as END. Online predictors thus
 score prequentially (predict, then learn), and a frozen one simply predicts.
-Per step k: top-1 accuracy (the row's most likely outcome is what came k
+Every state after a request is scored (the empty path is trained on, not
+scored: every predictor sees it before a workflow's first request). Per step k: top-1 accuracy (the row's most likely outcome is what came k
 requests later, END included) and log-loss ``-ln max(p, 1e-6)`` (the floor
 keeps an outcome a predictor ruled out at ln 1e6 ~= 13.8 instead of infinity).
 """
@@ -21,7 +22,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentcache.predictor.base import END, Predictor
 from agentcache.trace import End, Request, Trace
@@ -86,10 +87,18 @@ class Evaluation:
     states: int  # workflow states forecast (one after each request)
     top1: list[float]  # per step k = 1..K
     log_loss: list[float]
-    infer_ms: float  # mean time of one predict() call
+    infer_ms: float  # mean wall time of one predict() call
+    infer_cpu_ms: float  # mean CPU time of the calling thread per predict(): immune to other processes' load
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The fields as JSON values; a step no forecast could be scored at (nan) becomes null."""
+        return {k: _finite(v) for k, v in asdict(self).items()}
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def warm_up(predictor: Predictor, traces: Iterable[Trace]) -> None:
@@ -100,7 +109,7 @@ def warm_up(predictor: Predictor, traces: Iterable[Trace]) -> None:
 
 def evaluate(predictor: Predictor, trace: Trace, name: str | None = None) -> Evaluation:
     """Replay `trace` through `predictor` (observe, then predict) and score every forecast."""
-    forecasts, seconds = _replay(predictor, trace, forecast=True)
+    forecasts, wall_s, cpu_s = _replay(predictor, trace, forecast=True)
     futures = workflow_paths(trace)
     horizon = predictor.horizon
     hits, losses, counts = [0] * horizon, [0.0] * horizon, [0] * horizon
@@ -117,28 +126,30 @@ def evaluate(predictor: Predictor, trace: Trace, name: str | None = None) -> Eva
         states=len(forecasts),
         top1=[h / c if c else math.nan for h, c in zip(hits, counts)],
         log_loss=[s / c if c else math.nan for s, c in zip(losses, counts)],
-        infer_ms=1000.0 * seconds / len(forecasts) if forecasts else math.nan,
+        infer_ms=1000.0 * wall_s / len(forecasts) if forecasts else math.nan,
+        infer_cpu_ms=1000.0 * cpu_s / len(forecasts) if forecasts else math.nan,
     )
 
 
-def _replay(predictor: Predictor, trace: Trace, *, forecast: bool) -> tuple[list[tuple[str, int, list]], float]:
-    """Observe every transition in trace order; with `forecast`, predict each new state and time it."""
+def _replay(predictor: Predictor, trace: Trace, *, forecast: bool) -> tuple[list[tuple[str, int, list]], float, float]:
+    """Observe every transition in trace order; with `forecast`, predict each new state and time it (wall, CPU)."""
     paths: dict[str, list[str]] = {}
     forecasts = []
-    seconds = 0.0
+    wall_s = cpu_s = 0.0
     for event in trace.events:
         if isinstance(event, Request):
             path = paths.setdefault(event.workflow, [])
             predictor.observe(tuple(path), event.agent)
             path.append(event.agent)
             if forecast:
-                start = time.perf_counter()
+                wall, cpu = time.perf_counter(), time.thread_time()
                 rows = predictor.predict(tuple(path), event.prompt_hidden)
-                seconds += time.perf_counter() - start
+                wall_s += time.perf_counter() - wall
+                cpu_s += time.thread_time() - cpu
                 forecasts.append((event.workflow, len(path), rows))
         elif isinstance(event, End):
             predictor.observe(tuple(paths.pop(event.workflow, ())), END)
-    return forecasts, seconds
+    return forecasts, wall_s, cpu_s
 
 
 # ---------------------------------------------------------------- training
@@ -162,27 +173,38 @@ def train_neural(
 ) -> tuple[NeuralPredictor, list[float]]:
     """Fit a NeuralPredictor to `traces` with Adam on the per-step log-loss; returns it and each epoch's mean loss.
 
-    Deterministic for a given seed (CPU; shuffling and UNK replacement draw from one seeded generator).
+    Deterministic for a given seed: CPU, one thread (batches this small run several times slower on
+    more threads), shuffling and UNK replacement drawn from one seeded generator.
     """
+    import torch
+
+    from agentcache.predictor.neural import NeuralConfig, NeuralPredictor, one_thread
+
+    if train.epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {train.epochs}")
+    examples = training_examples(traces, horizon)
+    if not examples:
+        raise ValueError("no training examples: the traces have no requests")
+    with one_thread():
+        torch.manual_seed(train.seed)
+        predictor = NeuralPredictor.from_paths(
+            [wf.agents for trace in traces for wf in workflow_paths(trace).values()],
+            horizon,
+            _hidden_dim(examples),
+            config or NeuralConfig(),
+        )
+        losses = _fit(predictor, examples, train, progress)
+    return predictor, losses
+
+
+def _fit(predictor: NeuralPredictor, examples: Sequence[Example], train: TrainConfig, progress: bool) -> list[float]:
+    """The training loop: Adam over shuffled mini-batches; returns each epoch's mean loss."""
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentcache.predictor.neural import START_ID, UNK_ID, NeuralConfig, NeuralPredictor, compose_hazards
+    from agentcache.predictor.neural import START_ID, UNK_ID, compose_hazards
 
-    if train.epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {train.epochs}")
-    torch.manual_seed(train.seed)
-    generator = torch.Generator().manual_seed(train.seed)
-    examples = training_examples(traces, horizon)
-    if not examples:
-        raise ValueError("no training examples: the traces have no requests")
-    predictor = NeuralPredictor.from_paths(
-        [wf.agents for trace in traces for wf in workflow_paths(trace).values()],
-        horizon,
-        _hidden_dim(examples),
-        config or NeuralConfig(),
-    )
     net = predictor.net
     tokens, lengths, semantic = predictor.encode([e.path for e in examples], [e.hidden for e in examples])
     output_index = {o: i for i, o in enumerate(predictor.outputs)}
@@ -191,7 +213,7 @@ def train_neural(
         present = semantic[semantic[:, -1] > 0, :-1]
         net.hidden_mean.copy_(present.mean(dim=0))
         net.hidden_std.copy_(present.std(dim=0, unbiased=False).clamp(min=1e-6))
-
+    generator = torch.Generator().manual_seed(train.seed)
     optimiser = torch.optim.Adam(net.parameters(), lr=train.lr)
     epoch_losses = []
     net.train()
@@ -202,16 +224,15 @@ def train_neural(
             total, batches = 0.0, 0
             for batch in torch.randperm(len(examples), generator=generator).split(train.batch_size):
                 batch_tokens = tokens[batch]
-                replace = (torch.rand(batch_tokens.shape, generator=generator) < train.unk_rate) & (
+                unknown = (torch.rand(batch_tokens.shape, generator=generator) < train.unk_rate) & (
                     batch_tokens > START_ID
                 )
-                log_rows = compose_hazards(
-                    net(
-                        batch_tokens.masked_fill(replace, UNK_ID),
-                        lengths[batch],
-                        semantic[batch] if semantic is not None else None,
-                    )
+                hazards = net(
+                    batch_tokens.masked_fill(unknown, UNK_ID),
+                    lengths[batch],
+                    semantic[batch] if semantic is not None else None,
                 )
+                log_rows = compose_hazards(hazards)
                 loss = torch.nn.functional.nll_loss(
                     log_rows.reshape(-1, log_rows.shape[-1]), targets[batch].reshape(-1), ignore_index=UNKNOWN
                 )
@@ -223,7 +244,7 @@ def train_neural(
             epoch_losses.append(total / batches)
             bar.update(task, advance=1, description=f"loss {epoch_losses[-1]:.4f}")
     net.eval()
-    return predictor, epoch_losses
+    return epoch_losses
 
 
 def _hidden_dim(examples: Sequence[Example]) -> int:

@@ -28,13 +28,17 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from agentcache import wire
 from agentcache.policy import CachePolicy, RequestTags, WorkflowRegistry, make_policy
 from agentcache.policy.base import TAGS_ATTR
+from agentcache.policy.pbkv import PBKVPolicy
+from agentcache.predictor import load_predictor
 from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
+from agentcache.trace import Meta
 
 logger = logging.getLogger("agentcache")
 
 RECENT_WORKFLOWS = 10_000  # per-workflow records kept for /stats, oldest dropped first
+PREDICTOR_BUDGET_MS = 10.0  # a forecast slower than this is replaced by the fallback's
 
 
 class RequestInfo(NamedTuple):
@@ -51,7 +55,13 @@ class AgentCache(UnifiedRadixCache):
         super().__init__(params)
         cfg = self.config
         registry = WorkflowRegistry(lease_s=cfg.lease_s)
-        self.policy: CachePolicy = make_policy(cfg.policy, registry=registry, call_graph=cfg.call_graph)
+        predictor = load_predictor(cfg.predictor, Meta(call_graph=cfg.call_graph)) if cfg.predictor else None
+        self.policy: CachePolicy = make_policy(
+            cfg.policy, registry=registry, call_graph=cfg.call_graph, predictor=predictor
+        )
+        if isinstance(self.policy, PBKVPolicy) and self.tp_world_size == 1:
+            # One rank: a slow forecast may fall back on the clock. Several: only on faults every rank sees.
+            self.policy.predictor.budget_ms = PREDICTOR_BUDGET_MS
         install_policy(self, self.policy)
         self.component: TaggedFullComponent = self.components[FULL]
         self.now = 0.0
@@ -179,6 +189,7 @@ class AgentCache(UnifiedRadixCache):
             "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
             "ended_workflows": c["ended_workflows"],
             "unknown_end_events": c["unknown_end_events"],
+            "predictor_faults": dict(self.policy.predictor.faults) if isinstance(self.policy, PBKVPolicy) else {},
             "evicted_tokens": dict(self.component.evicted_tokens),
             "evicted_nodes": dict(self.component.evicted_nodes),
             "cached_tokens": self.total_size()[0],

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 POLICY_ENV = "AGENTCACHE_POLICY"
 LEASE_ENV = "AGENTCACHE_LEASE_S"
 CALL_GRAPH_ENV = "AGENTCACHE_CALL_GRAPH"  # JSON file {agent: [successors]}, for kvflow
+PREDICTOR_ENV = "AGENTCACHE_PREDICTOR"  # pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt
 DEFAULT_POLICY = "pbkv"
 DEFAULT_LEASE_S = 300.0
 
@@ -27,6 +28,7 @@ class PluginConfig:
     policy: str = DEFAULT_POLICY
     lease_s: float = DEFAULT_LEASE_S
     call_graph: dict[str, list[str]] | None = None
+    predictor: str | None = None
 
     @classmethod
     def from_env(cls) -> PluginConfig:
@@ -56,4 +58,13 @@ class PluginConfig:
                 raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: expected a JSON object agent -> list of agents")
         if policy == "kvflow" and graph is None:
             raise ConfigError(f"kvflow needs a static call graph: set {CALL_GRAPH_ENV} (--agentcache-call-graph)")
-        return cls(policy, lease, graph)
+        predictor = os.environ.get(PREDICTOR_ENV) or None
+        if predictor is not None:
+            from agentcache.predictor import load_predictor
+            from agentcache.trace import Meta
+
+            try:
+                load_predictor(predictor, Meta(call_graph=graph))
+            except (ValueError, OSError) as exc:
+                raise ConfigError(f"{PREDICTOR_ENV}={predictor!r}: {exc}") from None
+        return cls(policy, lease, graph, predictor)

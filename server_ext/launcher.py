@@ -59,6 +59,7 @@ class ServeOptions:
     hicache: bool = False
     lease_s: float | None = None
     call_graph: str | None = None
+    predictor: str | None = None
     api_key: str | None = None
     enable_metrics: bool = True
     extra_args: list[str] = field(default_factory=list)
@@ -95,6 +96,8 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
         cmd += ["--agentcache-lease", str(opts.lease_s)]
     if opts.call_graph:
         cmd += ["--agentcache-call-graph", opts.call_graph]
+    if opts.predictor:
+        cmd += ["--agentcache-predictor", opts.predictor]
     if opts.max_total_tokens:
         cmd += ["--max-total-tokens", str(opts.max_total_tokens)]
     if opts.api_key:

@@ -44,6 +44,9 @@ def _add_cli_args(result, parser):  # noqa: ANN001 - AFTER hook on ServerArgs.ad
         "--agentcache-lease", type=float, default=None, help="seconds without a request before a workflow is retired"
     )
     group.add_argument("--agentcache-call-graph", default=None, help="JSON file with the static call graph (kvflow)")
+    group.add_argument(
+        "--agentcache-predictor", default=None, help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt"
+    )
     return None
 
 
@@ -55,6 +58,7 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
         ("agentcache_policy", config.POLICY_ENV),
         ("agentcache_lease", config.LEASE_ENV),
         ("agentcache_call_graph", config.CALL_GRAPH_ENV),
+        ("agentcache_predictor", config.PREDICTOR_ENV),
     ):
         value = getattr(args, flag, None)
         if value is not None:

@@ -18,7 +18,7 @@ from agentcache.policy.lifecycle import LifecyclePolicy
 from agentcache.policy.lru import LRUPolicy
 from agentcache.policy.pbkv import PAPER, Ingredients, PBKVPolicy
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
-from agentcache.predictor import Predictor
+from agentcache.predictor import MarkovPredictor, Predictor
 
 ONLINE_POLICIES = ("lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv")
 POLICIES = (*ONLINE_POLICIES, "belady")
@@ -60,7 +60,8 @@ def make_policy(
     if name == "cachescout":
         return CacheScoutPolicy(registry)
     if name == "pbkv-paper":
-        return PBKVPolicy(registry, predictor, ingredients=PAPER)
+        # The paper's score with an online Markov-1 forecaster (issue 2's stand-in for its GraphSAGE model).
+        return PBKVPolicy(registry, predictor or MarkovPredictor(order=1, horizon=3), ingredients=PAPER)
     if name == "pbkv" or name.startswith("pbkv/"):
         return PBKVPolicy(registry, predictor, ingredients=parse_ingredients(name))
     if name == "belady":

@@ -33,6 +33,10 @@ class GapModel:
         self._suffix = None
 
     @property
+    def count(self) -> int:
+        return len(self._sorted)
+
+    @property
     def mean(self) -> float:
         return sum(self._sorted) / len(self._sorted) if self._sorted else 0.0
 

@@ -43,6 +43,7 @@ from agentcache.policy.gaps import GapModel
 from agentcache.policy.prefetch import Candidate
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor import END, MarkovPredictor, Predictor
+from agentcache.predictor.guard import GuardedPredictor
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class Ingredients:
     cost: bool = False
     fallback: bool = True
 
+
+DEFAULT_ORDER = 3
+MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
+PER_AGENT_GAPS = 128  # recent gaps kept per agent
+MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
 
 PAPER = Ingredients(fixed_by_forecast=False, arrivals=False, timing=False, evidence=False, cost=False, fallback=False)
 
@@ -69,15 +75,20 @@ class PBKVPolicy(CachePolicy):
         gamma: float = 0.8,
         ingredients: Ingredients = Ingredients(),
         cost: CostModel = DEFAULT_COST,
+        predictor_budget_ms: float | None = None,
     ):
         super().__init__(registry)
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
-        self.predictor = predictor if predictor is not None else MarkovPredictor(order=1, horizon=3)
+        # Default forecaster: online Markov over the last DEFAULT_ORDER agents, backing off to shorter
+        # contexts where data is thin (history-dependent exits such as retry caps need the longer ones).
+        chosen = predictor if predictor is not None else MarkovPredictor(order=DEFAULT_ORDER, horizon=3)
+        self.predictor = GuardedPredictor(chosen, budget_ms=predictor_budget_ms)
         self.gamma = gamma
         self.ingredients = ingredients
         self.cost = cost
         self.gaps = GapModel()  # gaps between a workflow's consecutive requests
+        self.gaps_after: dict[str, GapModel] = {}  # the same, by the agent of the earlier request
         self.arrival_gap = 0.0  # EWMA of the time between new workflows (1 / lambda)
         self._last_start: float | None = None
         self._now = 0.0
@@ -93,7 +104,15 @@ class PBKVPolicy(CachePolicy):
         self._now = now
         known = self.registry.get(tags.workflow)
         if known is not None:
-            self.gaps.add(now - known.last_seen)
+            gap = now - known.last_seen
+            self.gaps.add(gap)
+            if known.agent is not None:
+                per_agent = self.gaps_after.get(known.agent)
+                if per_agent is None:
+                    if len(self.gaps_after) >= MAX_GAP_MODELS:
+                        del self.gaps_after[next(iter(self.gaps_after))]
+                    per_agent = self.gaps_after[known.agent] = GapModel(window=PER_AGENT_GAPS)
+                per_agent.add(gap)
         else:
             if self._last_start is not None:
                 self.arrival_gap = _ewma(self.arrival_gap, now - self._last_start)
@@ -165,7 +184,12 @@ class PBKVPolicy(CachePolicy):
         step_gap = self.gaps.mean
         if not self.ingredients.timing or step_gap <= 0.0:
             return 1.0
-        return self.gamma ** (self.gaps.residual(self._now - state.last_seen) / step_gap)
+        # What follows an agent's call (a tool run, or none) shapes the wait: use that agent's gaps when
+        # there are enough of them.
+        gaps = self.gaps_after.get(state.agent) if state.agent is not None else None
+        if gaps is None or gaps.count < MIN_AGENT_GAPS:
+            gaps = self.gaps
+        return self.gamma ** (gaps.residual(self._now - state.last_seen) / step_gap)
 
     def _refresh(self) -> None:
         """Recompute the per-workflow weights and the per-agent demand D(a), once per state and instant."""

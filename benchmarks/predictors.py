@@ -1,0 +1,135 @@
+"""Forecast accuracy of every predictor on every generated family, on held-out traces.
+
+    .venv/bin/python benchmarks/predictors.py      # a few minutes on 2 cores
+
+Each family is generated with the suite's GENERATED knobs: the training traces
+with seeds TRAIN_SEEDS, the test trace with the suite's own seed (the one the
+replay benchmarks use). The neural predictor is trained on the training traces
+(one model per family); the online predictors observe them in order first and
+then score the test trace prequentially, like the policy would run them.
+Writes docs/predictors.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from dataclasses import replace
+
+from rich.console import Console
+from rich.table import Table
+from suite import DOCS, GENERATED
+
+from agentcache.predictor import load_predictor
+from agentcache.predictor.training import Evaluation, TrainConfig, evaluate, train_neural, warm_up
+from agentcache.workloads import generate
+
+FAMILIES = ["code-retry", "fact-verify", "pipeline", "group-chat"]
+SPECS = ["markov", "markov-n:2", "markov-n:3", "static", "neural"]
+TRAIN_SEEDS = (101, 102, 103)
+HORIZON = 3
+
+
+def run(families: list[str], epochs: int) -> dict[str, list[Evaluation]]:
+    console = Console(stderr=True)
+    results = {}
+    for family in families:
+        train = [generate(family, replace(GENERATED, seed=seed)) for seed in TRAIN_SEEDS]
+        test = generate(family, GENERATED)
+        console.print(f"[bold]{family}[/bold]: training the neural predictor")
+        neural, _ = train_neural(train, HORIZON, TrainConfig(epochs=epochs))
+        results[family] = []
+        for spec in SPECS:
+            predictor = neural if spec == "neural" else load_predictor(spec, test.meta, horizon=HORIZON)
+            warm_up(predictor, train)
+            results[family].append(evaluate(predictor, test, spec))
+        console.print(table(family, results[family]))
+    return results
+
+
+def table(family: str, evaluations: list[Evaluation]) -> Table:
+    t = Table(title=family)
+    t.add_column("predictor")
+    for k in range(1, HORIZON + 1):
+        t.add_column(f"top-1 k={k}", justify="right")
+    for k in range(1, HORIZON + 1):
+        t.add_column(f"log-loss k={k}", justify="right")
+    t.add_column("ms", justify="right")
+    for e in evaluations:
+        t.add_row(e.predictor, *_cells(e))
+    return t
+
+
+def _cells(e: Evaluation) -> list[str]:
+    return [f"{x:.3f}" for x in e.top1] + [f"{x:.3f}" for x in e.log_loss] + [f"{e.infer_ms:.3f}"]
+
+
+def markdown(results: dict[str, list[Evaluation]], epochs: int, seconds: float) -> str:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        "# Predictor accuracy",
+        "",
+        "K-step forecasts of each workflow's next agents on held-out traces, per generated family.",
+        "Reproduce with:",
+        "",
+        "    .venv/bin/python benchmarks/predictors.py",
+        "",
+        f"Traces: `benchmarks/suite.py`'s GENERATED knobs ({GENERATED.workflows} workflows); training seeds "
+        f"{', '.join(map(str, TRAIN_SEEDS))}, test seed {GENERATED.seed} (the trace the replay benchmarks use). "
+        f"The neural predictor is trained per family for {epochs} epochs (default NeuralConfig, CPU, one thread); "
+        "the online predictors (markov, markov-n, static's END rate) observe the training traces in order, then "
+        "score the test trace prequentially: at every request they learn the transition it reveals, then "
+        "forecast the workflow's new state.",
+        "",
+        "Per step k: **top-1** is how often the row's most likely outcome (END included) is what came k requests "
+        "later; **log-loss** is the mean `-ln p` of it, probabilities floored at 1e-6. **ms** is the mean wall "
+        "time of one `predict()`, **cpu ms** the calling thread's CPU time for it (the machine is shared, so wall "
+        f"time includes waiting for a core: load average {load} when this was written).",
+        "",
+    ]
+    for family, evaluations in results.items():
+        lines += [
+            f"## {family}",
+            "",
+            "| predictor | top-1 k=1 | k=2 | k=3 | log-loss k=1 | k=2 | k=3 | ms | cpu ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for e in evaluations:
+            lines.append(f"| {e.predictor} | " + " | ".join(_cells(e)) + f" | {e.infer_cpu_ms:.3f} |")
+        lines.append("")
+    lines += [
+        "## Neural minus Markov-1, top-1",
+        "",
+        "| family | k=1 | k=2 | k=3 |",
+        "|---|---:|---:|---:|",
+    ]
+    for family, evaluations in results.items():
+        by_name = {e.predictor: e for e in evaluations}
+        diffs = [n - m for n, m in zip(by_name["neural"].top1, by_name["markov"].top1)]
+        lines.append(f"| {family} | " + " | ".join(f"{d:+.3f}" for d in diffs) + " |")
+    lines += [
+        "",
+        f"Written in {seconds:.0f} s on {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
+    parser.add_argument("--epochs", type=int, default=TrainConfig().epochs)
+    parser.add_argument("-o", "--output", default=str(DOCS / "predictors.md"))
+    args = parser.parse_args()
+    start = time.perf_counter()
+    results = run(args.families, args.epochs)
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(markdown(results, args.epochs, time.perf_counter() - start))
+    Console(stderr=True).print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

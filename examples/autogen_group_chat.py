@@ -1,0 +1,157 @@
+"""An AutoGen selector group chat (planner, coder, critic, summarizer), wrapped with agentcache's one decorator.
+
+    .venv/bin/python examples/autogen_group_chat.py --workflows 6 --json
+
+Built the way AutoGen AgentChat's docs build a SelectorGroupChat; the only
+agentcache line is the decorator on `solve`. Before every turn the selector
+asks the model who speaks next (a prompt with no system message). The served
+model has random weights, so the turn order is decided by seeded code: a
+`candidate_func` offers the usual candidates, the real selector request is
+sent, and its answer is replaced by the seeded choice. The critic approves or
+sends the coder back (a seeded coin flip, at most three coder turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from _support import parse_args, report, server
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination, SourceMatchTermination
+from autogen_agentchat.messages import BaseChatMessage
+from autogen_agentchat.teams import SelectorGroupChat
+from autogen_core.models import ChatCompletionClient, CreateResult, ModelFamily, ModelInfo
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+import agentcache_sdk as ac
+from agentcache.integrations.autogen import workflow
+
+AGENTS = {
+    "planner": (
+        "Breaks the task into steps.",
+        "You are the planner of a software team. Break the task into small steps. " * 5,
+    ),
+    "coder": (
+        "Writes and fixes Python code.",
+        "You are an expert Python developer. Write or fix the code for the plan. " * 5,
+    ),
+    "critic": ("Reviews the code.", "You are a strict code reviewer. Point out bugs and say APPROVE or REVISE. " * 5),
+    "summarizer": ("Writes the final answer.", "You summarize the team's final solution in a few sentences. " * 5),
+}
+MAX_CODER_TURNS = 3
+MODEL_INFO = ModelInfo(
+    vision=False, function_calling=False, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False
+)
+
+
+class SeededTurns:
+    """planner -> coder -> critic -> (coder -> critic)* -> summarizer, the critic's verdict a seeded coin flip."""
+
+    def __init__(self, seed: str):
+        self.seed = seed
+        self.next: str | None = None
+
+    def candidates(self, thread: Sequence[Any]) -> list[str]:
+        speakers = [m.source for m in thread if isinstance(m, BaseChatMessage) and m.source != "user"]
+        last = speakers[-1] if speakers else None
+        coder_turns = speakers.count("coder")
+        if last is None:
+            self.next = "planner"
+        elif last == "planner":
+            self.next = "coder"
+        elif last == "coder":
+            self.next = "critic"
+        elif last == "critic":
+            approved = random.Random(f"{self.seed}:{coder_turns}").random() < 0.5
+            self.next = "summarizer" if approved or coder_turns >= MAX_CODER_TURNS else "coder"
+        else:
+            self.next = "summarizer"
+        # The candidates SelectorGroupChat would offer itself (everyone but the last speaker),
+        # so the selector's prompt is exactly the one an unscripted run would send.
+        return [name for name in AGENTS if name != last]
+
+
+class SeededSelector(ChatCompletionClient):
+    """Sends the real selector request, then answers with the seeded choice."""
+
+    def __init__(self, inner: ChatCompletionClient, turns: SeededTurns):
+        self._inner, self._turns = inner, turns
+
+    async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
+        result = await self._inner.create(messages, **kwargs)
+        return result.model_copy(update={"content": self._turns.next})
+
+    def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:
+        raise NotImplementedError("the example's selector does not stream")
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    def actual_usage(self) -> Any:
+        return self._inner.actual_usage()
+
+    def total_usage(self) -> Any:
+        return self._inner.total_usage()
+
+    def count_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
+        return self._inner.count_tokens(messages, **kwargs)
+
+    def remaining_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
+        return self._inner.remaining_tokens(messages, **kwargs)
+
+    @property
+    def capabilities(self) -> Mapping[str, Any]:
+        return self._inner.capabilities
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self._inner.model_info
+
+
+async def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    with server(args) as base_url:
+        client = OpenAIChatCompletionClient(
+            model="default",
+            base_url=base_url,
+            api_key=args.api_key or "none",
+            model_info=MODEL_INFO,
+            max_tokens=8,
+            temperature=0,
+        )
+        per_workflow: dict[str, dict[str, int]] = {}
+
+        async def solve(i: int) -> None:
+            turns = SeededTurns(f"{args.seed}:{i}")
+            agents = [
+                AssistantAgent(name, model_client=client, description=d, system_message=s)
+                for name, (d, s) in AGENTS.items()
+            ]
+            team = SelectorGroupChat(
+                agents,
+                model_client=SeededSelector(client, turns),
+                candidate_func=turns.candidates,
+                termination_condition=SourceMatchTermination(["summarizer"])
+                | MaxMessageTermination(2 * MAX_CODER_TURNS + 4),
+            )
+            await team.run(task=f"Task {i}: implement a rate limiter with tests.")
+            if (ctx := ac.current_workflow()) is not None:
+                per_workflow[ctx.id] = dict(ctx.agents)
+
+        run = solve if args.no_agentcache else workflow(name="group-chat")(solve)
+        limit = asyncio.Semaphore(args.concurrency)
+
+        async def bounded(i: int) -> None:
+            async with limit:
+                await run(i)
+
+        await asyncio.gather(*(bounded(i) for i in range(args.workflows)))
+        await client.close()
+        report(args, per_workflow)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

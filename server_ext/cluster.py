@@ -1,0 +1,317 @@
+"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router, one workflow per worker.
+
+The router runs ``--policy manual``: it pins each ``x-smg-routing-key`` (the
+SDK sends the workflow id there) to one worker, so a workflow's history is
+cached, and evicted by the plugin, in one place. The router drops body fields,
+so tags reach the workers through the ``x-request-id-agentcache`` header it
+forwards; it 404s ``/agentcache/...``, so clients send end events to every
+worker it lists on ``GET /workers`` (agentcache_sdk does).
+
+The router is started through :func:`run_router` (``python -m
+agentcache.server_ext.cluster``): sglang-router's own launcher imports SGLang
+for its debugging load balancer, 20 s on two cores, where the Rust router
+alone starts in 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentcache.server_ext.launcher import ServeOptions, Server, ServerError, ensure_model
+
+ASSIGNMENT_MODES = ("random", "min_load", "min_group")  # how the manual policy places a new routing key
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _log_beside(log_path: str | None, role: str) -> str | None:
+    """`serve.log` -> `serve.worker0.log`: one log per process when the caller asked for a log."""
+    if log_path is None:
+        return None
+    path = Path(log_path)
+    return str(path.with_name(f"{path.stem}.{role}{path.suffix or '.log'}"))
+
+
+def router_command(
+    worker_urls: Sequence[str],
+    *,
+    host: str,
+    port: int,
+    metrics_port: int,
+    api_key: str | None = None,
+    assignment_mode: str = "min_group",
+) -> list[str]:
+    """The command line that starts sglang-router in front of `worker_urls` with workflow pinning."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentcache.server_ext.cluster",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        "manual",
+        "--assignment-mode",
+        assignment_mode,
+        "--prometheus-host",
+        host,
+        "--prometheus-port",
+        str(metrics_port),
+        "--log-level",
+        "warn",
+    ]
+    if api_key:
+        cmd += ["--api-key", api_key]  # the router checks it and also sends it to the workers
+    return cmd
+
+
+class Cluster:
+    """N agentcache workers and the router in front; a context manager that always stops every process tree.
+
+    `opts` is every worker's configuration (``max_total_tokens`` is per worker);
+    its port is replaced: worker i listens on ``worker_ports[i]`` (default
+    ``router_port + 1 + i``) and clients use the router's port. While the
+    cluster runs inside ``with``, SIGTERM unwinds the block (unless the app
+    set its own handler), so the workers stop too.
+    """
+
+    def __init__(
+        self,
+        opts: ServeOptions,
+        workers: int,
+        router_port: int,
+        *,
+        worker_ports: Sequence[int] | None = None,
+        router_metrics_port: int | None = None,
+        assignment_mode: str = "min_group",
+    ):
+        if workers < 1:
+            raise ClusterError(f"workers must be >= 1, got {workers}")
+        ports = list(worker_ports) if worker_ports is not None else [router_port + 1 + i for i in range(workers)]
+        if len(ports) != workers:
+            raise ClusterError(f"{workers} workers need {workers} worker ports, got {len(ports)}")
+        if len({router_port, *ports}) != workers + 1:
+            raise ClusterError(f"router port {router_port} and worker ports {ports} must all differ")
+        if assignment_mode not in ASSIGNMENT_MODES:
+            raise ClusterError(f"assignment_mode must be one of {', '.join(ASSIGNMENT_MODES)}, got {assignment_mode!r}")
+        self.opts = opts
+        self.router_port = router_port
+        self.router_metrics_port = router_metrics_port
+        self.assignment_mode = assignment_mode
+        self.workers = [
+            Server(replace(opts, port=port, log_path=_log_beside(opts.log_path, f"worker{i}")))
+            for i, port in enumerate(ports)
+        ]
+        self.router: subprocess.Popen | None = None
+        self._router_log: Any = None
+        self._previous_sigterm: Any = None
+
+    @property
+    def base_url(self) -> str:
+        """Where clients (and agentcache_sdk.configure) point: the router."""
+        return f"http://{self.opts.host}:{self.router_port}"
+
+    @property
+    def worker_urls(self) -> list[str]:
+        return [w.base_url for w in self.workers]
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.opts.api_key}"} if self.opts.api_key else {}
+
+    # -- start
+
+    def start(self, timeout_s: float = 600.0) -> Cluster:
+        """Start the workers in parallel, then the router; return once the router lists every worker healthy."""
+        host = self.opts.host
+        ports = [self.router_port, *(w.opts.port for w in self.workers)]
+        if self.router_metrics_port is not None:
+            ports.append(self.router_metrics_port)
+        busy = [p for p in ports if not port_is_free(host, p)]
+        if busy:
+            raise ClusterError(f"ports already in use on {host}: {', '.join(map(str, busy))}")
+        # Make the default model once, before N workers race to make it.
+        model = ensure_model(self.opts.model_path, self.opts.model_size)
+        for w in self.workers:
+            w.opts = replace(w.opts, model_path=model)
+        deadline = time.monotonic() + timeout_s
+        try:
+            with ThreadPoolExecutor(len(self.workers)) as pool:
+                for future in [pool.submit(w.start, timeout_s) for w in self.workers]:
+                    future.result()
+            # Picked only now: a worker's SGLang takes extra ports of its own while it starts.
+            self._start_router(self.router_metrics_port or free_port(host), deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_router(self, metrics_port: int, deadline: float) -> None:
+        cmd = router_command(
+            self.worker_urls,
+            host=self.opts.host,
+            port=self.router_port,
+            metrics_port=metrics_port,
+            api_key=self.opts.api_key,
+            assignment_mode=self.assignment_mode,
+        )
+        log_path = _log_beside(self.opts.log_path, "router")
+        self._router_log = open(log_path, "ab") if log_path else None
+        self.router = subprocess.Popen(
+            cmd,
+            start_new_session=True,
+            stdout=self._router_log or None,
+            stderr=subprocess.STDOUT if self._router_log else None,
+        )
+        hint = f" (log: {log_path})" if log_path else ""
+        listed: list[str] = []
+        while time.monotonic() < deadline:
+            if self.router.poll() is not None:
+                raise ClusterError(f"sglang-router exited with status {self.router.returncode} while starting{hint}")
+            listed = self._healthy_workers()
+            if set(self.worker_urls) <= set(listed):
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"sglang-router did not list every worker as healthy in time: {len(listed)} of {len(self.workers)}{hint}"
+        )
+
+    def _healthy_workers(self) -> list[str]:
+        """Worker URLs the router routes to now. Its /readiness turns 200 with the first one, so it is not enough."""
+        try:
+            r = httpx.get(f"{self.base_url}/workers", headers=self._headers(), timeout=5.0)
+            if r.status_code != 200:
+                return []
+            return [w["url"] for w in r.json().get("workers", []) if w.get("is_healthy")]
+        except (httpx.HTTPError, ValueError):
+            return []
+
+    # -- stop
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the router first (no new requests), then every worker's process tree."""
+        router, self.router = self.router, None
+        if router is not None:
+            _stop_group(router, grace_s)
+        if self._router_log is not None:
+            self._router_log.close()
+            self._router_log = None
+        with ThreadPoolExecutor(len(self.workers)) as pool:
+            list(pool.map(lambda w: w.stop(grace_s), self.workers))
+
+    def wait(self) -> int:
+        """Block until the router or a worker exits; its exit status."""
+        processes = [p for p in (self.router, *(w.process for w in self.workers)) if p is not None]
+        if not processes:
+            raise ClusterError("the cluster is not running")
+        while True:
+            for process in processes:
+                code = process.poll()
+                if code is not None:
+                    return code
+            time.sleep(1.0)
+
+    def __enter__(self) -> Cluster:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_signal)
+        try:
+            return self.start() if self.router is None else self
+        except BaseException:
+            self._restore_sigterm()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self._restore_sigterm()
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _stop_group(process: subprocess.Popen, grace_s: float) -> None:
+    try:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(grace_s)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        os.killpg(process.pid, signal.SIGKILL)  # also children of a launcher that died first
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def serve_cluster_forever(opts: ServeOptions, workers: int, router_port: int) -> int:
+    """Run `workers` workers behind the router on `router_port` until one exits or we get SIGINT/SIGTERM."""
+    cluster = Cluster(opts, workers, router_port)
+    try:
+        with cluster:
+            print(
+                f"agentcache: serving on {cluster.base_url} (sglang-router, manual policy) in front of "
+                f"{workers} workers {', '.join(cluster.worker_urls)} "
+                f"(policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
+                file=sys.stderr,
+            )
+            return cluster.wait()
+    except (ClusterError, ServerError) as exc:
+        print(f"agentcache: {exc}", file=sys.stderr)
+        return 1
+
+
+def run_router(argv: Sequence[str]) -> None:
+    """sglang-router's launch_router, without importing SGLang: same flags, Rust router only."""
+    from sglang_router.router import Router
+    from sglang_router.router_args import RouterArgs
+
+    parser = argparse.ArgumentParser(prog="python -m agentcache.server_ext.cluster")
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    args = RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
+    args._validate_router_args()
+    Router.from_args(args).start()
+
+
+if __name__ == "__main__":
+    run_router(sys.argv[1:])

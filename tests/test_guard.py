@@ -1,0 +1,67 @@
+"""Predictor faults fall back to Markov-1 for that decision, and are counted."""
+
+import math
+import time
+
+import pytest
+
+from agentcache.policy.pbkv import PBKVPolicy
+from agentcache.predictor import END, MarkovPredictor, Predictor
+from agentcache.predictor.guard import GuardedPredictor, is_forecast
+
+
+class Faulty(Predictor):
+    def __init__(self, mode):
+        super().__init__(horizon=2)
+        self.mode = mode
+
+    def predict(self, path, hidden=None):
+        if self.mode == "raise":
+            raise RuntimeError("model crashed")
+        if self.mode == "nan":
+            return [{"a": math.nan, END: 1.0}, {END: 1.0}]
+        if self.mode == "short":
+            return [{END: 1.0}]
+        if self.mode == "slow":
+            time.sleep(0.02)
+        return [{"a": 0.5, END: 0.5}, {END: 1.0}]
+
+    def observe(self, path, next_agent):
+        if self.mode == "raise":
+            raise RuntimeError("cannot learn")
+
+
+@pytest.mark.parametrize(
+    "mode, fault", [("raise", "error"), ("nan", "invalid"), ("short", "invalid"), ("slow", "overrun")]
+)
+def test_faults_fall_back_and_are_counted(mode, fault):
+    guard = GuardedPredictor(Faulty(mode), budget_ms=5.0)
+    for path in (["x"], ["x", "y"]):
+        guard.observe(path[:-1], path[-1])
+    rows = guard.predict(["x"])
+    assert is_forecast(rows, 2)
+    assert rows == guard.fallback.predict(["x"])
+    assert guard.faults[fault] >= 1
+
+
+def test_a_healthy_predictor_passes_through_and_no_budget_means_no_clock():
+    guard = GuardedPredictor(Faulty("slow"), budget_ms=None)
+    assert guard.predict(["x"]) == [{"a": 0.5, END: 0.5}, {END: 1.0}] and not guard.faults
+
+
+def test_pbkv_keeps_ranking_with_a_broken_predictor():
+    policy = PBKVPolicy(predictor=Faulty("raise"))
+    from agentcache.policy import RequestTags
+
+    class Node:
+        key = [0] * 10
+        hit_count = 0
+        last_access_time = 1
+
+    node = Node()
+    for i, agent in enumerate(["a", "b", "a"]):
+        tags = RequestTags("w", agent, 0)
+        policy.on_request(tags, float(i))
+        policy.tag_path([node], tags, float(i), 0)
+    assert policy.priority(node)[0] == 1 and policy.predictor.faults["error"] > 0
+    assert isinstance(policy.predictor.fallback, MarkovPredictor)
