@@ -23,6 +23,7 @@ from agentcache.policy import CachePolicy, NodeClass, tags_of
 from agentcache.policy.base import TAGS_ATTR
 
 FULL = ComponentType.FULL
+PREFETCHED_ATTR = "agentcache_prefetched"  # on nodes a prefetch brought to the device, until a request reads them
 
 
 class PolicyStrategy(EvictionStrategy):
@@ -44,6 +45,7 @@ class TaggedFullComponent(FullComponent):
         self.evicted_tokens: Counter[str] = Counter()
         self.evicted_nodes: Counter[str] = Counter()
         self.on_evict: Callable[[str, int], None] | None = None  # (node class, tokens), e.g. for metrics
+        self.prefetch_wasted_tokens = 0
 
     def redistribute_on_node_split(self, new_parent: Any, child: Any) -> None:
         super().redistribute_on_node_split(new_parent, child)
@@ -62,9 +64,36 @@ class TaggedFullComponent(FullComponent):
             node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
             self.evicted_tokens[node_class] += freed
             self.evicted_nodes[node_class] += 1
+            if getattr(node, PREFETCHED_ATTR, False):
+                self.prefetch_wasted_tokens += freed  # loaded ahead, evicted before any request read it
+                setattr(node, PREFETCHED_ATTR, False)
             if self.on_evict is not None:
                 self.on_evict(node_class, freed)
         return freed, host_freed
+
+
+def host_only_path(node: Any) -> list[Any]:
+    """`node` and its ancestors that only host memory holds (what a load-back of `node` brings back)."""
+    out = []
+    while node.parent is not None and node.evicted:
+        out.append(node)
+        node = node.parent
+    return out
+
+
+def mark_prefetched(nodes: list[Any]) -> None:
+    for node in nodes:
+        setattr(node, PREFETCHED_ATTR, True)
+
+
+def take_prefetched(path: list[Any]) -> int:
+    """Tokens of `path` a prefetch brought in and no request has read yet; marks them read."""
+    total = 0
+    for node in path:
+        if getattr(node, PREFETCHED_ATTR, False):
+            total += len(node.key)
+            setattr(node, PREFETCHED_ATTR, False)
+    return total
 
 
 def install_policy(cache: Any, policy: CachePolicy, *, order_eviction: bool = True) -> None:

@@ -26,11 +26,21 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from agentcache import wire
-from agentcache.policy import CachePolicy, RequestTags, WorkflowRegistry, make_policy
+from agentcache.cost import DEFAULT_COST
+from agentcache.policy import CachePolicy, NodeClass, RequestTags, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.base import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.predictor import load_predictor
-from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
+from agentcache.server_ext.adapter import (
+    FULL,
+    TaggedFullComponent,
+    host_only_path,
+    install_policy,
+    mark_prefetched,
+    path_nodes,
+    split_at,
+    take_prefetched,
+)
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
 from agentcache.trace import Meta
@@ -39,6 +49,8 @@ logger = logging.getLogger("agentcache")
 
 RECENT_WORKFLOWS = 10_000  # per-workflow records kept for /stats, oldest dropped first
 PREDICTOR_BUDGET_MS = 10.0  # a forecast slower than this is replaced by the fallback's
+# One decode step of the cost model's reference model (6 ms): the idle host-to-device time a prefetch may use.
+PREFETCH_STEP_S = 6e-3
 
 
 class RequestInfo(NamedTuple):
@@ -66,6 +78,7 @@ class AgentCache(UnifiedRadixCache):
         self.component: TaggedFullComponent = self.components[FULL]
         self.now = 0.0
         self._requests: dict[str, RequestInfo] = {}
+        self._prefetch_version = -1
         self.counters: Counter[str] = Counter()
         self.invalid_tags: Counter[str] = Counter()
         self.metrics = Metrics.create(self.tp_rank)
@@ -134,11 +147,53 @@ class AgentCache(UnifiedRadixCache):
             path = path_nodes(self, req.last_node)
         finished = req.finished()
         matched = getattr(req, "cached_tokens", 0) if finished else 0
+        if finished:
+            used = take_prefetched(path[: _nodes_within(path, matched)])
+            if used:
+                self._count("prefetch_used_tokens", used, metric="tokens")
         self.policy.tag_path(path, info.tags, info.ts, matched)
         if finished:
             self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens")
             self._count("hit_tokens", getattr(req, "cached_tokens", 0), metric="tokens")
             self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens")
+
+    def prefetch_step(self) -> int:
+        """Queue load-backs of the host-only cache the forecasts want next, within idle space and bandwidth.
+
+        Called on decode-only scheduler steps, once per change of the
+        workflows' state. SGLang's next prefill batch starts every queued
+        load and waits for it layer by layer, so no request reads KV that is
+        still loading (the safe way to load outside admission, per SGLang
+        0.5.23's HiCache design).
+        """
+        policy = self.policy
+        if self.cache_controller is None or self.config.prefetch == "off" or not isinstance(policy, PBKVPolicy):
+            return 0
+        if policy.registry.version == self._prefetch_version:
+            return 0
+        self._prefetch_version = policy.registry.version
+        budget = prefetch.budget(
+            prefetch.CONSERVATIVE,
+            self.token_to_kv_pool_allocator.available_size(),
+            self.held_by_class().get(NodeClass.RETIRED, 0),
+            PREFETCH_STEP_S,
+            1.0 / DEFAULT_COST.reload_s,
+        )
+
+        def host_only_tokens(node: Any) -> int:
+            if node.parent is None or not node.evicted or not node.backuped:
+                return 0
+            return sum(len(n.key) for n in host_only_path(node))
+
+        loaded = 0
+        for node in prefetch.plan(policy.prefetch_candidates(), budget, host_only_tokens):
+            host_only = host_only_path(node)
+            if self.load_back(node.id):
+                mark_prefetched(host_only)
+                loaded += sum(len(n.key) for n in host_only)
+        if loaded:
+            self._count("prefetched_tokens", loaded, metric="tokens")
+        return loaded
 
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
         super().on_release(req, checkpointed=checkpointed)
@@ -190,6 +245,12 @@ class AgentCache(UnifiedRadixCache):
             "ended_workflows": c["ended_workflows"],
             "unknown_end_events": c["unknown_end_events"],
             "predictor_faults": dict(self.policy.predictor.faults) if isinstance(self.policy, PBKVPolicy) else {},
+            "prefetch": {
+                "mode": self.config.prefetch if self.cache_controller is not None else "off (no host tier)",
+                "prefetched_tokens": c["prefetched_tokens"],
+                "used_tokens": c["prefetch_used_tokens"],
+                "wasted_tokens": self.component.prefetch_wasted_tokens,
+            },
             "evicted_tokens": dict(self.component.evicted_tokens),
             "evicted_nodes": dict(self.component.evicted_nodes),
             "cached_tokens": self.total_size()[0],
@@ -237,6 +298,16 @@ class AgentCache(UnifiedRadixCache):
             "cached_fixed_tokens": fixed_tokens,
             "cached_agent_ids": sorted(agents),
         }
+
+
+def _nodes_within(path: list[Any], tokens: int) -> int:
+    """How many leading nodes of `path` lie entirely within its first `tokens` tokens."""
+    depth = 0
+    for i, node in enumerate(path):
+        depth += len(node.key)
+        if depth > tokens:
+            return i
+    return len(path)
 
 
 def scope(tenant: str, workflow: str) -> str:

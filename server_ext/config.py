@@ -15,6 +15,8 @@ POLICY_ENV = "AGENTCACHE_POLICY"
 LEASE_ENV = "AGENTCACHE_LEASE_S"
 CALL_GRAPH_ENV = "AGENTCACHE_CALL_GRAPH"  # JSON file {agent: [successors]}, for kvflow
 PREDICTOR_ENV = "AGENTCACHE_PREDICTOR"  # pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt
+PREFETCH_ENV = "AGENTCACHE_PREFETCH"  # conservative (default; needs HiCache and pbkv) or off
+PREFETCH_MODES = ("conservative", "off")
 DEFAULT_POLICY = "pbkv"
 DEFAULT_LEASE_S = 300.0
 
@@ -29,6 +31,7 @@ class PluginConfig:
     lease_s: float = DEFAULT_LEASE_S
     call_graph: dict[str, list[str]] | None = None
     predictor: str | None = None
+    prefetch: str = "conservative"
 
     @classmethod
     def from_env(cls) -> PluginConfig:
@@ -67,4 +70,7 @@ class PluginConfig:
                 load_predictor(predictor, Meta(call_graph=graph))
             except (ValueError, OSError) as exc:
                 raise ConfigError(f"{PREDICTOR_ENV}={predictor!r}: {exc}") from None
-        return cls(policy, lease, graph, predictor)
+        prefetch = os.environ.get(PREFETCH_ENV, "conservative")
+        if prefetch not in PREFETCH_MODES:
+            raise ConfigError(f"{PREFETCH_ENV}={prefetch!r}: choose from {', '.join(PREFETCH_MODES)}")
+        return cls(policy, lease, graph, predictor, prefetch)

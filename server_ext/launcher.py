@@ -60,6 +60,7 @@ class ServeOptions:
     lease_s: float | None = None
     call_graph: str | None = None
     predictor: str | None = None
+    prefetch: str | None = None  # conservative | off (with --hicache)
     api_key: str | None = None
     enable_metrics: bool = True
     extra_args: list[str] = field(default_factory=list)
@@ -98,6 +99,8 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
         cmd += ["--agentcache-call-graph", opts.call_graph]
     if opts.predictor:
         cmd += ["--agentcache-predictor", opts.predictor]
+    if opts.prefetch:
+        cmd += ["--agentcache-prefetch", opts.prefetch]
     if opts.max_total_tokens:
         cmd += ["--max-total-tokens", str(opts.max_total_tokens)]
     if opts.api_key:

@@ -47,6 +47,12 @@ def _add_cli_args(result, parser):  # noqa: ANN001 - AFTER hook on ServerArgs.ad
     group.add_argument(
         "--agentcache-predictor", default=None, help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt"
     )
+    group.add_argument(
+        "--agentcache-prefetch",
+        default=None,
+        choices=("conservative", "off"),
+        help="load predicted cache back from HiCache during decode-only steps (default conservative)",
+    )
     return None
 
 
@@ -59,6 +65,7 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
         ("agentcache_lease", config.LEASE_ENV),
         ("agentcache_call_graph", config.CALL_GRAPH_ENV),
         ("agentcache_predictor", config.PREDICTOR_ENV),
+        ("agentcache_prefetch", config.PREFETCH_ENV),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -130,6 +137,20 @@ def _observe_request(req, scheduler, *args, **kwargs):  # noqa: ANN001 - AFTER h
     return None
 
 
+def _prefetch_when_idle(plan, scheduler, *args, **kwargs):  # noqa: ANN001 - AFTER hook on Scheduler.get_next_batch_to_run
+    """Decode-only steps (or none) leave the host-to-device link idle: spend it on predicted cache."""
+    from agentcache.server_ext.cache import AgentCache
+
+    cache = getattr(scheduler, "tree_cache", None)
+    batch = getattr(plan, "batch_to_run", None)
+    if isinstance(cache, AgentCache) and (batch is None or batch.forward_mode.is_decode()):
+        try:
+            cache.prefetch_step()
+        except Exception:  # a prefetch is an optimisation: never let it break serving
+            logger.exception("agentcache: prefetch failed; serving continues without it")
+    return None
+
+
 def _install_control_handler(result, scheduler):  # noqa: ANN001 - AFTER hook on Scheduler.init_request_dispatcher
     from sglang.utils import TypeBasedDispatcher
 
@@ -157,4 +178,7 @@ def _register_worker() -> None:
     )
     HookRegistry.register(
         "sglang.srt.managers.scheduler.Scheduler.init_request_dispatcher", _install_control_handler, HookType.AFTER
+    )
+    HookRegistry.register(
+        "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _prefetch_when_idle, HookType.AFTER
     )

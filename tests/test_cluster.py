@@ -128,6 +128,27 @@ def test_end_targets_fall_back_to_the_server_and_cache_the_answer():
 # ---------------------------------------------------------------- a real cluster
 
 
+def test_a_cluster_is_checked_before_anything_starts():
+    from agentcache.server_ext.cluster import Cluster, ClusterError, router_command
+    from agentcache.server_ext.launcher import ServeOptions
+
+    opts = ServeOptions(model_size="tiny", log_path="/tmp/serve.log")
+    c = Cluster(opts, 2, 30000)
+    assert c.base_url == "http://127.0.0.1:30000"
+    assert c.worker_urls == ["http://127.0.0.1:30001", "http://127.0.0.1:30002"]
+    assert [w.opts.log_path for w in c.workers] == ["/tmp/serve.worker0.log", "/tmp/serve.worker1.log"]
+    with pytest.raises(ClusterError, match="must all differ"):
+        Cluster(opts, 2, 30000, worker_ports=[30000, 30001])
+    with pytest.raises(ClusterError, match="2 workers need 2 worker ports, got 1"):
+        Cluster(opts, 2, 30000, worker_ports=[30001])
+    with pytest.raises(ClusterError, match="workers must be >= 1"):
+        Cluster(opts, 0, 30000)
+    cmd = router_command(c.worker_urls, host="127.0.0.1", port=30000, metrics_port=29001, api_key="k")
+    assert cmd[1:3] == ["-m", "agentcache.server_ext.cluster"]
+    for flag in (["--policy", "manual"], ["--prometheus-port", "29001"], ["--api-key", "k"]):
+        assert " ".join(flag) in " ".join(cmd)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two CPU workers (tiny model, pbkv) behind sglang-router on loopback."""

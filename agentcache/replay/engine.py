@@ -36,11 +36,20 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from agentcache.policy import CachePolicy, RequestTags, tags_of
 from agentcache.replay.tokens import EncodedRequest
-from agentcache.server_ext.adapter import FULL, TaggedFullComponent, install_policy, path_nodes, split_at
+from agentcache.server_ext.adapter import (
+    FULL,
+    PREFETCHED_ATTR,
+    TaggedFullComponent,
+    host_only_path,
+    install_policy,
+    mark_prefetched,
+    path_nodes,
+    split_at,
+    take_prefetched,
+)
 
 # SGLang's built-in eviction strategies (--radix-eviction-policy), replayed beside ours.
 BUILTIN_STRATEGIES = ("lfu", "slru", "tlru", "priority", "fifo", "mru", "filo", "lru")
-PREFETCHED_ATTR = "agentcache_prefetched"  # set on nodes a prefetch brought to the device, until read
 WARMUP_WORKFLOW = "\x00warm-up"  # the pseudo workflow of warm-up requests (never active, never ended)
 
 
@@ -181,7 +190,7 @@ class ReplayCache:
         lock = cache.lock(anchor)
         try:
             path = path_nodes(cache, anchor)
-            prefetched = _take_prefetched(path)
+            prefetched = take_prefetched(path)
             need = kv_len - cached
             if need > self.allocator.available_size() + cache.evictable_size():
                 # The scheduler would never admit it (its budget is free + evictable).
@@ -215,28 +224,19 @@ class ReplayCache:
         cache = self.cache
         if not self.host_tier or node.parent is None or not node.evicted or not node.backuped:
             return 0
-        host_only = []
-        walk = node
-        while walk.parent is not None and walk.evicted:
-            host_only.append(walk)
-            walk = walk.parent
+        host_only = host_only_path(node)
         if not cache.load_back(node.id):
             return 0
         cache.ready_to_load_host_cache()
         cache.check_hicache_events()
-        for loaded in host_only:
-            setattr(loaded, PREFETCHED_ATTR, True)
+        mark_prefetched(host_only)
         return sum(len(n.key) for n in host_only)
 
     def host_only_tokens(self, node: Any) -> int:
         """Tokens a load-back of `node` would bring to the device (0 unless host memory alone holds it)."""
         if not self.host_tier or node.parent is None or not node.evicted or not node.backuped:
             return 0
-        total = 0
-        while node.parent is not None and node.evicted:
-            total += len(node.key)
-            node = node.parent
-        return total
+        return sum(len(n.key) for n in host_only_path(node))
 
     def warm(self, agent: str, now: float, max_tokens: int) -> int:
         """Recompute `agent`'s fixed prompt into the cache with a 1-token request (no host tier needed).
@@ -282,13 +282,3 @@ class ReplayCache:
 
     def held_tokens(self) -> int:
         return self.capacity - self.allocator.available_size()
-
-
-def _take_prefetched(path: list[Any]) -> int:
-    """Tokens of `path` a prefetch brought in and no request has read yet; marks them read."""
-    total = 0
-    for node in path:
-        if getattr(node, PREFETCHED_ATTR, None):
-            total += len(node.key)
-            setattr(node, PREFETCHED_ATTR, False)
-    return total

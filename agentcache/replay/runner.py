@@ -77,6 +77,7 @@ class ReplayResult:
     host_hit_tokens: int = 0  # prompt tokens loaded back from host memory instead of recomputed
     prefetched_tokens: int = 0  # tokens a prefetch (or warm-up request) brought to the device
     prefetch_used_tokens: int = 0  # of those, tokens a request then read
+    prefetch_wasted_tokens: int = 0  # of those, tokens evicted before any request read them
     modelled_latency_s: float = 0.0
     gap_closed: float | None = None
     evicted_tokens: dict[str, int] = field(default_factory=dict)
@@ -171,6 +172,7 @@ def replay_policy(
             on_request()
     result.replay_wall_s = time.perf_counter() - started
     result.evicted_tokens = dict(cache.component.evicted_tokens)
+    result.prefetch_wasted_tokens = cache.component.prefetch_wasted_tokens
     return result
 
 
