@@ -119,6 +119,12 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
         help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt (default %(default)s)",
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
+    p.add_argument("--instances", type=int, default=1, help="replay N instances that split --capacity (default 1)")
+    p.add_argument(
+        "--routing",
+        default="round-robin,prefix-aware,workflow-affinity",
+        help="with --instances: how requests are spread (default %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON list, an object per run")
     p.add_argument("--plot", metavar="FILE.png", help="draw hit rate over time per policy")
     p.set_defaults(run=_run_replay)
@@ -168,6 +174,10 @@ def _run_replay(args: argparse.Namespace) -> int:
         "lease_s": args.lease,
         "predictor_factory": lambda: None if default else load_predictor(spec, trace.meta),
     }
+    if args.instances < 1:
+        raise UsageError(f"--instances must be >= 1, got {args.instances}")
+    if args.instances > 1:
+        return _replay_cluster(args, trace, policies, capacities, options)
     try:
         if args.json:
             results = replay(trace, policies, capacities, **options)
@@ -185,6 +195,53 @@ def _run_replay(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_json() for r in results]))
     else:
         print_table(results, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests")
+    return 0
+
+
+def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, options) -> int:  # noqa: ANN001
+    """--instances N: the same replay over N caches that split the capacity, per routing."""
+    from agentcache.policy import PolicyConfigError
+    from agentcache.replay.cluster import RoutingError, replay_cluster
+    from agentcache.replay.runner import PreparedTrace
+
+    prepared = PreparedTrace(trace)
+    try:
+        runs = [
+            {"policy": policy, "capacity": capacity, "instances": args.instances, **run}
+            for capacity in capacities
+            for policy in policies
+            for run in replay_cluster(
+                prepared,
+                policy,
+                args.instances,
+                capacity // args.instances,
+                args.routing,
+                host_capacity_per_instance=args.host_capacity // args.instances,
+                predictor_factory=options["predictor_factory"],
+                lease_s=args.lease,
+            )
+        ]
+    except (RoutingError, PolicyConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(runs))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"{trace.meta.name or args.trace}: {args.instances} instances")
+    for column in ("capacity", "policy", "routing", "hit rate", "imbalance", "per-instance hit rates"):
+        table.add_column(column)
+    for run in runs:
+        per = ", ".join(f"{p['hit_rate']:.0%}" for p in run["per_instance"])
+        table.add_row(
+            str(run["capacity"]),
+            run["policy"],
+            run["routing"],
+            f"{run['hit_rate']:.1%}",
+            f"{run['imbalance']:.2f}",
+            per,
+        )
+    Console().print(table)
     return 0
 
 
@@ -221,6 +278,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--call-graph", help="JSON file with the static call graph (for kvflow)")
     p.add_argument("--predictor", help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default markov-n:3)")
     p.add_argument("--api-key", help="API key the server requires (also on the agentcache routes)")
+    p.add_argument(
+        "--workers", type=int, default=1, help="N workers behind sglang-router on --port, each workflow on one"
+    )
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then extra SGLang flags")
     p.set_defaults(run=_run_serve)
 
@@ -249,6 +309,12 @@ def _run_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         extra_args=extra,
     )
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers > 1:
+        from agentcache.server_ext.cluster import serve_cluster_forever
+
+        return serve_cluster_forever(opts, args.workers, router_port=args.port)
     return serve_forever(opts)
 
 

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
+from agentcache_sdk._cluster import end_targets
 from agentcache_sdk._config import settings
 
 logger = logging.getLogger("agentcache_sdk")
@@ -106,8 +107,8 @@ def _warn_once(key: str, message: str) -> None:
     logger.warning("%s (further occurrences are only counted)", message)
 
 
-def _end_url(workflow_id: str) -> str:
-    return f"{settings.base_url}/agentcache/v1/workflows/{quote(workflow_id, safe='')}/end"
+def _end_url(base_url: str, workflow_id: str) -> str:
+    return f"{base_url}/agentcache/v1/workflows/{quote(workflow_id, safe='')}/end"
 
 
 def _headers() -> dict[str, str]:
@@ -144,18 +145,25 @@ class _EndSender:
                     self._queue.task_done()
 
     def _post(self, client: httpx.Client, workflow_id: str) -> None:
+        """Send the end to the server, or behind sglang-router to every worker (the router has no such route)."""
+        pending = end_targets(client, settings.base_url, _headers())
         for attempt in range(END_ATTEMPTS):
-            try:
-                r = client.post(_end_url(workflow_id), headers=_headers(), timeout=settings.end_timeout_s)
-                r.raise_for_status()
+            failed = []
+            for base_url in pending:
+                try:
+                    r = client.post(_end_url(base_url, workflow_id), headers=_headers(), timeout=settings.end_timeout_s)
+                    r.raise_for_status()
+                except httpx.HTTPError as exc:
+                    error = exc
+                    failed.append(base_url)
+            if not failed:
                 counters["ended"] += 1
                 return
-            except httpx.HTTPError as exc:
-                error = exc
-                time.sleep(0.5 * (attempt + 1))
+            pending = failed
+            time.sleep(0.5 * (attempt + 1))
         _warn_once(
             "end_failures",
-            f"agentcache: could not send the end of workflow {workflow_id} to {settings.base_url}: {error!r}",
+            f"agentcache: could not send the end of workflow {workflow_id} to {', '.join(pending)}: {error!r}",
         )
 
     def flush(self, timeout_s: float) -> bool:

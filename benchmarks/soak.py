@@ -30,6 +30,7 @@ from agentcache.workloads import GenConfig, generate
 
 SOAK_WORKFLOWS = 10_000
 SAMPLES = 10
+ADVERSARIAL_WORKFLOWS = 60
 
 
 def rss_mb() -> float:
@@ -95,7 +96,7 @@ def soak(console: Console) -> list[dict]:
 
 
 def adversarial(console: Console) -> list[dict]:
-    base = generate("group-chat", GenConfig(workflows=120, seed=5))
+    base = generate("group-chat", GenConfig(workflows=ADVERSARIAL_WORKFLOWS, seed=5))
     requests = [e for e in base.events if isinstance(e, Request)]
     variants = {
         "honest tags": base,
@@ -143,7 +144,7 @@ def main() -> None:
         )
     lines += [
         "",
-        "## Adversarial tags (group-chat, 120 workflows' requests; capacity 6x the mean prompt)",
+        f"## Adversarial tags (group-chat, {ADVERSARIAL_WORKFLOWS} workflows' requests; capacity 6x the mean prompt)",
         "",
         "| load | lru hit rate | pbkv hit rate | pbkv - lru |",
         "|---|---:|---:|---:|",

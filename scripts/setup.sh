@@ -56,7 +56,8 @@ else
     # minutes; one after the other settles at once, and the server runs with the
     # result (checked by the end-to-end tests).
     step "installing agentcache with the framework extras"
-    "${PIP[@]}" install -q -c "$CONSTRAINTS" -e "$ROOT[langgraph,autogen,crewai,predictor,dev]" "prometheus-client>=0.20"
+    "${PIP[@]}" install -q -c "$CONSTRAINTS" -e "$ROOT[langgraph,autogen,crewai,predictor,dev]" \
+        "prometheus-client>=0.20" sglang-router==0.3.2
     step "making torchvision importable beside CPU torch"
     "$VENV/bin/python" "$ROOT/scripts/patch_torchvision.py"
     step "putting the sgl_kernel stub on the path"

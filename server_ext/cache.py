@@ -285,7 +285,7 @@ class AgentCache(UnifiedRadixCache):
             nodes += 1
             tokens += len(node.key)
             fixed_tokens += len(node.key) if tags.fixed_agents else 0
-            agents |= tags.workflows[scoped]
+            agents |= tags.workflows[scoped].keys()
         record = self.workflows.get(scoped, {})
         return {
             "workflow": workflow,

@@ -1,4 +1,4 @@
-"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router, one workflow per worker.
+"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router, each workflow on one worker.
 
 The router runs ``--policy manual``: it pins each ``x-smg-routing-key`` (the
 SDK sends the workflow id there) to one worker, so a workflow's history is
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -49,10 +50,16 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "127.0.0.1", low: int = 10000, high: int = 21999) -> int:
+    """A free port below the kernel's ephemeral range (and SGLang's own picks, 22000-29999).
+
+    A port from bind(0) can be handed to some outgoing connection in the
+    minutes before the router binds it; ports below that range it never hands out.
+    """
+    for port in random.sample(range(low, high + 1), 256):
+        if port_is_free(host, port):
+            return port
+    raise ClusterError(f"no free port found in {low}-{high} on {host}")
 
 
 def _log_beside(log_path: str | None, role: str) -> str | None:
@@ -286,8 +293,8 @@ def _stop_group(process: subprocess.Popen, grace_s: float) -> None:
 
 def serve_cluster_forever(opts: ServeOptions, workers: int, router_port: int) -> int:
     """Run `workers` workers behind the router on `router_port` until one exits or we get SIGINT/SIGTERM."""
-    cluster = Cluster(opts, workers, router_port)
     try:
+        cluster = Cluster(opts, workers, router_port)
         with cluster:
             print(
                 f"agentcache: serving on {cluster.base_url} (sglang-router, manual policy) in front of "

@@ -208,6 +208,8 @@ async def control(op: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 TENANT_HEADER = "x-agentcache-tenant"
+# The same, under a name sglang-router forwards (it passes x-request-id-* and drops other headers).
+ROUTED_TENANT_HEADER = "x-request-id-agentcache-tenant"
 
 
 def tenant_of_request(request: Any) -> str:
@@ -215,7 +217,8 @@ def tenant_of_request(request: Any) -> str:
 
     It is a digest of the bearer key the client presents (so a tenant with its
     own key cannot be impersonated without that key), followed by the
-    `x-agentcache-tenant` header when present (sub-tenants of one shared key:
+    `x-agentcache-tenant` header (or `x-request-id-agentcache-tenant`, which
+    sglang-router forwards) when present (sub-tenants of one shared key:
     the server's --api-key vouches for whoever holds it). No key, no header:
     the anonymous tenant "".
     """
@@ -224,7 +227,7 @@ def tenant_of_request(request: Any) -> str:
     headers = request.headers
     auth = headers.get("authorization", "")
     key = auth[7:] if auth[:7].lower() == "bearer " else ""
-    sub = headers.get(TENANT_HEADER, "")[: wire.MAX_ID_CHARS]
+    sub = (headers.get(TENANT_HEADER) or headers.get(ROUTED_TENANT_HEADER) or "")[: wire.MAX_ID_CHARS]
     if not key and not sub:
         return ""
     digest = hashlib.sha256(key.encode()).hexdigest()[:12] if key else ""

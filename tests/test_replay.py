@@ -102,7 +102,7 @@ def test_node_boundaries_fall_at_the_fixed_prompt_and_the_prompt_and_tags_reach_
     assert 300 in ends and 350 in ends and ends[-1] == 389  # fixed, prompt, prompt + output - 1
     for node in path:
         t = node.agentcache_tags
-        assert t.workflows == {"w1": {"coder"}}
+        assert {w: set(a) for w, a in t.workflows.items()} == {"w1": {"coder"}}
         assert (t.fixed_agents == {"coder"}) == (t.depth <= 300)
     # the same prompt again hits everything but its last token
     policy.on_request(tags, 1.0)

@@ -43,7 +43,9 @@ class RequestTags(NamedTuple):
 class NodeTags:
     """Policy bookkeeping for one radix-tree node."""
 
-    workflows: dict[str, set[str]] = field(default_factory=dict)  # A_w(c): workflow -> its agents that touched c
+    # A_w(c): workflow -> its agents that touched c, each with the number of that (workflow, agent)'s
+    # request that last did (which tells whether c is on the pair's latest path, see CachePolicy.latest)
+    workflows: dict[str, dict[str, int]] = field(default_factory=dict)
     fixed_agents: set[str] = field(default_factory=set)  # agents whose fixed prompt covers c
     last_access: float = 0.0  # policy clock (seconds) at the last touch
     hits: int = 0  # requests that reused c from cache
@@ -52,7 +54,7 @@ class NodeTags:
 
     def copy(self) -> NodeTags:
         return NodeTags(
-            {w: set(a) for w, a in self.workflows.items()},
+            {w: dict(a) for w, a in self.workflows.items()},
             set(self.fixed_agents),
             self.last_access,
             self.hits,
@@ -103,10 +105,13 @@ class CachePolicy(ABC):
 
     def __init__(self, registry: WorkflowRegistry | None = None):
         self.registry = registry if registry is not None else WorkflowRegistry()
-        # Where each active workflow's cache ends per agent, and each agent's fixed prompt ends:
-        # what a prefetch would load back for the workflow's (or any workflow's) next call.
-        self.history_leaf: dict[str, dict[str, Any]] = {}  # workflow -> agent -> deepest node written
+        # Each active (workflow, agent)'s latest request: its number and the deepest node of its path.
+        # A node tagged by the pair with an older number is off the pair's current path (the pair's
+        # history went another way since: rewritten, truncated, or another branch), and the end of
+        # the current path is what a prefetch loads back for the pair's next call.
+        self.latest: dict[str, dict[str, tuple[int, Any]]] = {}
         self.fixed_leaf: dict[str, Any] = {}  # agent -> deepest node of its fixed prompt
+        self._requests_tagged = 0
 
     # -- events from the adapter
 
@@ -126,11 +131,13 @@ class CachePolicy(ABC):
         return True
 
     def _retire(self, state: WorkflowState) -> None:
-        self.history_leaf.pop(state.id, None)
+        self.latest.pop(state.id, None)
         self.on_workflow_retired(state)
 
     def tag_path(self, path: Sequence[Any], tags: RequestTags, now: float, matched_tokens: int) -> None:
         """Record that the request `tags` used every node of `path` (root's child first)."""
+        self._requests_tagged += 1
+        stamp = self._requests_tagged
         depth = 0
         for node in path:
             depth += node_tokens(node)
@@ -139,9 +146,9 @@ class CachePolicy(ABC):
             if agents is None:
                 if len(t.workflows) >= PRUNE_WORKFLOWS_AT:
                     self._prune(t)
-                t.workflows[tags.workflow] = {tags.agent}
+                t.workflows[tags.workflow] = {tags.agent: stamp}
             else:
-                agents.add(tags.agent)
+                agents[tags.agent] = stamp
             if depth <= tags.fixed_tokens:
                 t.fixed_agents.add(tags.agent)
             if depth <= matched_tokens:
@@ -154,7 +161,12 @@ class CachePolicy(ABC):
                 if len(self.fixed_leaf) > MAX_TRACKED_AGENTS:
                     del self.fixed_leaf[next(iter(self.fixed_leaf))]
         if path and self.registry.is_active(tags.workflow):
-            self.history_leaf.setdefault(tags.workflow, {})[tags.agent] = path[-1]
+            self.latest.setdefault(tags.workflow, {})[tags.agent] = (stamp, path[-1])
+
+    def on_current_path(self, workflow: str, agent: str, stamp: int) -> bool:
+        """Whether a node `agent` of `workflow` last touched with request `stamp` is on the pair's latest path."""
+        latest = self.latest.get(workflow, {}).get(agent)
+        return latest is not None and latest[0] == stamp
 
     def _prune(self, t: NodeTags) -> None:
         for workflow in [w for w in t.workflows if not self.registry.is_active(w)]:
@@ -176,7 +188,7 @@ class CachePolicy(ABC):
 
     # -- shared helpers
 
-    def active_workflows_of(self, t: NodeTags) -> list[tuple[WorkflowState, set[str]]]:
+    def active_workflows_of(self, t: NodeTags) -> list[tuple[WorkflowState, dict[str, int]]]:
         get = self.registry.get
         out = []
         for workflow, agents in t.workflows.items():

@@ -51,6 +51,7 @@ class Ingredients:
     lifecycle: bool = True
     fixed_by_forecast: bool = True
     arrivals: bool = True
+    current_paths: bool = True
     timing: bool = True
     evidence: bool = True
     cost: bool = False
@@ -62,7 +63,15 @@ MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
 PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
 
-PAPER = Ingredients(fixed_by_forecast=False, arrivals=False, timing=False, evidence=False, cost=False, fallback=False)
+PAPER = Ingredients(
+    fixed_by_forecast=False,
+    arrivals=False,
+    current_paths=False,
+    timing=False,
+    evidence=False,
+    cost=False,
+    fallback=False,
+)
 
 
 class PBKVPolicy(CachePolicy):
@@ -136,12 +145,11 @@ class PBKVPolicy(CachePolicy):
         out = []
         next_callers: dict[str, float] = {}
         for workflow, row in self._next.items():
-            leaves = self.history_leaf.get(workflow, {})
+            latest = self.latest.get(workflow, {})
             for agent, p in row.items():
                 next_callers[agent] = next_callers.get(agent, 0.0) + p
-                node = leaves.get(agent)
-                if node is not None:
-                    out.append(Candidate(node, p))
+                if agent in latest:
+                    out.append(Candidate(latest[agent][1], p))
         for agent, p in next_callers.items():
             node = self.fixed_leaf.get(agent)
             if node is not None:
@@ -219,13 +227,18 @@ class PBKVPolicy(CachePolicy):
         self._refresh()
         fixed = t.fixed_agents if self.ingredients.fixed_by_forecast else ()
         total = sum(self._demand.get(agent, 0.0) for agent in fixed)
+        current_only = self.ingredients.current_paths
         for workflow, agents in t.workflows.items():
             weight = self._weights.get(workflow)
             if weight is None:  # not active
                 continue
             values = self._values.get(workflow)
             if values:
-                total += weight * sum(values.get(a, 0.0) for a in agents if a not in fixed)
+                total += weight * sum(
+                    values.get(a, 0.0)
+                    for a, stamp in agents.items()
+                    if a not in fixed and (not current_only or self.on_current_path(workflow, a, stamp))
+                )
         return total
 
     def priority(self, node: CacheNode) -> tuple:
