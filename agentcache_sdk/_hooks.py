@@ -135,6 +135,9 @@ def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None
         return request, None, None
     if not isinstance(body, dict):
         return request, None, None
+    ctx = current_workflow()
+    if ctx is not None and request.headers.get("authorization"):
+        ctx.authorization = request.headers["authorization"]
     if _has_tags(body):
         custom = body.get("custom_params") or (body.get("sampling_params") or {}).get("custom_params")
         return request, body, wire.find(custom)

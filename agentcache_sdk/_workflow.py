@@ -51,6 +51,9 @@ class WorkflowContext:
     ended: bool = False
     requests: int = 0
     agents: Counter[str] = field(default_factory=Counter)
+    # The credentials the workflow's requests carried: the server scopes workflows by them, so the
+    # end event must carry the same ones to reach the same tenant.
+    authorization: str | None = None
 
 
 def current_workflow() -> WorkflowContext | None:
@@ -111,7 +114,9 @@ def _end_url(base_url: str, workflow_id: str) -> str:
     return f"{base_url}/agentcache/v1/workflows/{quote(workflow_id, safe='')}/end"
 
 
-def _headers() -> dict[str, str]:
+def _headers(authorization: str | None = None) -> dict[str, str]:
+    if authorization:
+        return {"Authorization": authorization}
     return {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
 
 
@@ -119,7 +124,7 @@ class _EndSender:
     """Sends end events from a background thread, so leaving a workflow never waits on the server."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, dict[str, str]]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
@@ -133,25 +138,25 @@ class _EndSender:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="agentcache-end-events", daemon=True)
                 self._thread.start()
-        self._queue.put(ctx.id)
+        self._queue.put((ctx.id, _headers(ctx.authorization)))
 
     def _run(self) -> None:
         with httpx.Client() as client:
             while True:
-                workflow_id = self._queue.get()
+                workflow_id, headers = self._queue.get()
                 try:
-                    self._post(client, workflow_id)
+                    self._post(client, workflow_id, headers)
                 finally:
                     self._queue.task_done()
 
-    def _post(self, client: httpx.Client, workflow_id: str) -> None:
+    def _post(self, client: httpx.Client, workflow_id: str, headers: dict[str, str]) -> None:
         """Send the end to the server, or behind sglang-router to every worker (the router has no such route)."""
-        pending = end_targets(client, settings.base_url, _headers())
+        pending = end_targets(client, settings.base_url, headers)
         for attempt in range(END_ATTEMPTS):
             failed = []
             for base_url in pending:
                 try:
-                    r = client.post(_end_url(base_url, workflow_id), headers=_headers(), timeout=settings.end_timeout_s)
+                    r = client.post(_end_url(base_url, workflow_id), headers=headers, timeout=settings.end_timeout_s)
                     r.raise_for_status()
                 except httpx.HTTPError as exc:
                     error = exc

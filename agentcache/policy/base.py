@@ -24,9 +24,9 @@ from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 
 TAGS_ATTR = "agentcache_tags"
 
-# Per-node workflow sets are pruned of retired ids once they grow past this,
-# so a shared prefix touched by thousands of workflows stays small.
-PRUNE_WORKFLOWS_AT = 64
+# A node remembers at most this many workflows (ended ones go first, then the least recent), so a
+# shared prefix touched by thousands of workflows stays small; its agents' demand values it anyway.
+MAX_WORKFLOWS_PER_NODE = 64
 # Agents whose fixed-prompt node is remembered for prefetching; the least recently seen go first.
 MAX_TRACKED_AGENTS = 4096
 
@@ -142,13 +142,13 @@ class CachePolicy(ABC):
         for node in path:
             depth += node_tokens(node)
             t = ensure_tags(node, now)
-            agents = t.workflows.get(tags.workflow)
+            agents = t.workflows.pop(tags.workflow, None)  # re-inserted last: most recent workflows last
             if agents is None:
-                if len(t.workflows) >= PRUNE_WORKFLOWS_AT:
+                if len(t.workflows) >= MAX_WORKFLOWS_PER_NODE:
                     self._prune(t)
-                t.workflows[tags.workflow] = {tags.agent: stamp}
-            else:
-                agents[tags.agent] = stamp
+                agents = {}
+            agents[tags.agent] = stamp
+            t.workflows[tags.workflow] = agents
             if depth <= tags.fixed_tokens:
                 t.fixed_agents.add(tags.agent)
             if depth <= matched_tokens:
@@ -169,8 +169,11 @@ class CachePolicy(ABC):
         return latest is not None and latest[0] == stamp
 
     def _prune(self, t: NodeTags) -> None:
+        """Forget ended workflows on a node; if it is still full, its least recent workflows."""
         for workflow in [w for w in t.workflows if not self.registry.is_active(w)]:
             del t.workflows[workflow]
+        while len(t.workflows) >= MAX_WORKFLOWS_PER_NODE:
+            del t.workflows[next(iter(t.workflows))]
 
     # -- hooks for subclasses
 

@@ -59,6 +59,7 @@ class Ingredients:
 
 
 DEFAULT_ORDER = 3
+MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refresh, most recent first
 MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
 PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
@@ -209,7 +210,9 @@ class PBKVPolicy(CachePolicy):
         demand: dict[str, float] = (
             dict(self.arrivals()) if self.ingredients.fixed_by_forecast and self.ingredients.arrivals else {}
         )
-        for state in self.registry.active():
+        # The most recently active workflows only: bounded work per refresh, however many workflows
+        # hostile or forgetful clients leave open (the older ones are the least likely to call soon).
+        for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
             weight = self._weights[state.id] = self.timing_weight(state)
             values = self._values.get(state.id)
             if values and self.ingredients.fixed_by_forecast:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 
 
 @dataclass(slots=True)
@@ -94,6 +95,10 @@ class WorkflowRegistry:
 
     def active(self) -> Iterator[WorkflowState]:
         return iter(self._active.values())
+
+    def recent(self, n: int) -> Iterator[WorkflowState]:
+        """The `n` most recently active workflows, most recent first."""
+        return islice(reversed(self._active.values()), n)
 
     def __len__(self) -> int:
         return len(self._active)
