@@ -31,6 +31,9 @@ def parse_args(description: str, workflows: int = 6) -> argparse.Namespace:
     p.add_argument(
         "--json", action="store_true", help="end with one JSON line: workflows, requests, prompt_tokens, cached_tokens"
     )
+    p.add_argument(
+        "--record", metavar="TRACE.jsonl", help="record the app's LLM traffic as a trace for agentcache replay"
+    )
     return p.parse_args()
 
 
@@ -40,7 +43,8 @@ def server(args: argparse.Namespace) -> Iterator[str]:
     if args.base_url:
         base = args.base_url.rstrip("/").removesuffix("/v1")
         ac.configure(base_url=base, api_key=args.api_key)
-        yield f"{base}/v1"
+        with _recording(args):
+            yield f"{base}/v1"
         return
     from agentcache.server_ext.launcher import ServeOptions, Server
 
@@ -48,7 +52,12 @@ def server(args: argparse.Namespace) -> Iterator[str]:
     print(f"starting the bundled server ({args.model_size} model) on port {args.port}; log: {log}", file=sys.stderr)
     with Server(ServeOptions(model_size=args.model_size, port=args.port, max_total_tokens=8000, log_path=log)) as srv:
         ac.configure(base_url=srv.base_url)
-        yield f"{srv.base_url}/v1"
+        with _recording(args):
+            yield f"{srv.base_url}/v1"
+
+
+def _recording(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    return ac.record(args.record) if args.record else contextlib.nullcontext()
 
 
 def report(args: argparse.Namespace, per_workflow: dict[str, dict[str, int]]) -> None:
