@@ -8,12 +8,14 @@ and stops it when done.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import agentcache_sdk as ac
 
@@ -58,6 +60,31 @@ def server(args: argparse.Namespace) -> Iterator[str]:
 
 def _recording(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     return ac.record(args.record) if args.record else contextlib.nullcontext()
+
+
+async def run_workflows(
+    args: argparse.Namespace, solve: Callable[[int], Awaitable[None]], workflow: Callable[..., Any], name: str
+) -> dict[str, dict[str, int]]:
+    """Run `solve(0..N-1)`, `--concurrency` at a time, each call one workflow (unless --no-agentcache).
+
+    Returns the agents each workflow's requests came from, by the SDK's count.
+    """
+    per_workflow: dict[str, dict[str, int]] = {}
+
+    async def one(i: int) -> None:
+        await solve(i)
+        if (ctx := ac.current_workflow()) is not None:
+            per_workflow[ctx.id] = dict(ctx.agents)
+
+    run = one if args.no_agentcache else workflow(name=name)(one)
+    limit = asyncio.Semaphore(args.concurrency)
+
+    async def bounded(i: int) -> None:
+        async with limit:
+            await run(i)
+
+    await asyncio.gather(*(bounded(i) for i in range(args.workflows)))
+    return per_workflow
 
 
 def report(args: argparse.Namespace, per_workflow: dict[str, dict[str, int]]) -> None:

@@ -18,7 +18,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from _support import parse_args, report, server
+from _support import parse_args, report, run_workflows, server
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination, SourceMatchTermination
 from autogen_agentchat.messages import BaseChatMessage
@@ -26,7 +26,6 @@ from autogen_agentchat.teams import SelectorGroupChat
 from autogen_core.models import ChatCompletionClient, CreateResult, ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-import agentcache_sdk as ac
 from agentcache.integrations.autogen import workflow
 
 AGENTS = {
@@ -122,7 +121,6 @@ async def main() -> None:
             max_tokens=8,
             temperature=0,
         )
-        per_workflow: dict[str, dict[str, int]] = {}
 
         async def solve(i: int) -> None:
             turns = SeededTurns(f"{args.seed}:{i}")
@@ -138,17 +136,8 @@ async def main() -> None:
                 | MaxMessageTermination(2 * MAX_CODER_TURNS + 4),
             )
             await team.run(task=f"Task {i}: implement a rate limiter with tests.")
-            if (ctx := ac.current_workflow()) is not None:
-                per_workflow[ctx.id] = dict(ctx.agents)
 
-        run = solve if args.no_agentcache else workflow(name="group-chat")(solve)
-        limit = asyncio.Semaphore(args.concurrency)
-
-        async def bounded(i: int) -> None:
-            async with limit:
-                await run(i)
-
-        await asyncio.gather(*(bounded(i) for i in range(args.workflows)))
+        per_workflow = await run_workflows(args, solve, workflow, "group-chat")
         await client.close()
         report(args, per_workflow)
 

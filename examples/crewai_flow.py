@@ -36,12 +36,11 @@ import random  # noqa: E402
 import shutil  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
-from _support import parse_args, report, server  # noqa: E402
+from _support import parse_args, report, run_workflows, server  # noqa: E402
 from crewai import LLM, Agent, Crew, Process, Task  # noqa: E402
 from crewai.flow.flow import Flow, listen, router, start  # noqa: E402
 from pydantic import BaseModel, PrivateAttr  # noqa: E402
 
-import agentcache_sdk as ac  # noqa: E402
 from agentcache.integrations.crewai import workflow  # noqa: E402
 
 logging.getLogger("crewai.llms.base_llm").setLevel(logging.ERROR)  # "approximate token count" notes
@@ -123,24 +122,13 @@ async def main() -> None:
             temperature=0,
             extra_body={"min_tokens": 2},
         )
-        per_workflow: dict[str, dict[str, int]] = {}
         topics = ["KV cache reuse", "radix trees", "continuous batching", "multi-agent workflows"]
 
         async def solve(i: int) -> None:
             flow = SelfEvaluation(llm)
             await flow.kickoff_async(inputs={"topic": topics[i % len(topics)], "seed": f"{args.seed}:{i}"})
-            if (ctx := ac.current_workflow()) is not None:
-                per_workflow[ctx.id] = dict(ctx.agents)
 
-        run = solve if args.no_agentcache else workflow(name="self-eval")(solve)
-        limit = asyncio.Semaphore(args.concurrency)
-
-        async def bounded(i: int) -> None:
-            async with limit:
-                await run(i)
-
-        await asyncio.gather(*(bounded(i) for i in range(args.workflows)))
-        report(args, per_workflow)
+        report(args, await run_workflows(args, solve, workflow, "self-eval"))
     shutil.rmtree(_HOME, ignore_errors=True)
 
 

@@ -17,12 +17,11 @@ import asyncio
 import random
 from typing import TypedDict
 
-from _support import parse_args, report, server
+from _support import parse_args, report, run_workflows, server
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 
-import agentcache_sdk as ac
 from agentcache.integrations.langgraph import workflow
 
 SYSTEM = {
@@ -86,22 +85,11 @@ async def main() -> None:
             base_url=base_url, api_key=args.api_key or "none", model="default", max_tokens=8, temperature=0
         )
         app = build(llm)
-        per_workflow: dict[str, dict[str, int]] = {}
 
         async def solve(i: int) -> None:
             await app.ainvoke({"task": TASKS[i % len(TASKS)], "seed": f"{args.seed}:{i}", "history": []})
-            if (ctx := ac.current_workflow()) is not None:
-                per_workflow[ctx.id] = dict(ctx.agents)
 
-        run = solve if args.no_agentcache else workflow(name="code-assistant")(solve)
-        limit = asyncio.Semaphore(args.concurrency)
-
-        async def bounded(i: int) -> None:
-            async with limit:
-                await run(i)
-
-        await asyncio.gather(*(bounded(i) for i in range(args.workflows)))
-        report(args, per_workflow)
+        report(args, await run_workflows(args, solve, workflow, "code-assistant"))
 
 
 if __name__ == "__main__":

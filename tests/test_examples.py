@@ -56,3 +56,18 @@ def test_the_same_app_without_the_decorator_still_works(server, name):
     assert summary["workflows"] == 0 and summary["requests"] > 0
     assert after["untagged_requests"] - before["untagged_requests"] == summary["requests"]
     assert after["tagged_requests"] == before["tagged_requests"]
+
+
+def test_a_recorded_app_replays(server, tmp_path, capsys):
+    from agentcache.cli import main
+    from agentcache.trace import read_trace
+
+    trace_path = tmp_path / "app.jsonl"
+    summary = run_example(server, "langgraph_code_assistant.py", "--workflows", "2", "--record", str(trace_path))
+    trace = read_trace(trace_path)
+    assert len(trace.requests) == summary["requests"] and len(trace.ended_workflows) == 2
+    assert {r.agent for r in trace.requests} <= EXPECTED_AGENTS["langgraph_code_assistant.py"]
+    capsys.readouterr()
+    assert main(["replay", str(trace_path), "--capacity", "3000", "--policy", "lru,pbkv,belady", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [r["policy"] for r in rows] == ["lru", "pbkv", "belady"] and rows[0]["requests"] == summary["requests"]

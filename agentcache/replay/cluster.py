@@ -38,11 +38,17 @@ from typing import Any
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy import POLICIES, PolicyConfigError, RequestTags, WorkflowRegistry, make_policy
-from agentcache.policy.lru import LRUPolicy
+from agentcache.policy import PolicyConfigError, RequestTags, WorkflowRegistry
 from agentcache.predictor import Predictor
-from agentcache.replay.engine import BUILTIN_STRATEGIES, ReplayCache
-from agentcache.replay.runner import PreparedTrace, ReplayResult, parse_policies, prefetch_step, split_prefetch
+from agentcache.replay.engine import ReplayCache
+from agentcache.replay.runner import (
+    PreparedTrace,
+    ReplayResult,
+    build_replay_cache,
+    parse_policies,
+    prefetch_step,
+    split_prefetch,
+)
 from agentcache.replay.tokens import EncodedRequest
 from agentcache.trace import End, Request, Trace
 
@@ -103,22 +109,11 @@ class Cluster:
     def _instance(
         self, name: str, capacity: int, host_capacity: int, predictor: Predictor | None, lease_s: float
     ) -> Instance:
-        # What replay_policy builds for one cache.
-        registry = WorkflowRegistry(lease_s=lease_s)
-        base, _ = split_prefetch(name)
-        builtin = base if base in BUILTIN_STRATEGIES and base not in POLICIES else None
-        if builtin is not None:
-            policy = LRUPolicy(registry)  # keeps tags for the statistics; SGLang's strategy orders eviction
-        else:
-            policy = make_policy(
-                base,
-                registry=registry,
-                call_graph=self.prepared.trace.meta.call_graph,
-                predictor=predictor,
-                next_use=self._next_use,
-            )
+        cache = build_replay_cache(
+            self.prepared, name, capacity, host_capacity, predictor, WorkflowRegistry(lease_s=lease_s), self._next_use
+        )
         return Instance(
-            ReplayCache(capacity, policy, builtin, host_capacity),
+            cache,
             ReplayResult(policy=name, capacity=capacity, host_capacity=host_capacity),
         )
 

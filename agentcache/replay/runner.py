@@ -107,6 +107,27 @@ class PreparedTrace:
         self.next_use = NextUseIndex(self.encoded)
 
 
+def build_replay_cache(
+    prepared: PreparedTrace,
+    name: str,
+    capacity: int,
+    host_capacity: int,
+    predictor: Predictor | None,
+    registry: WorkflowRegistry,
+    next_use: Callable[[Any], float],
+) -> ReplayCache:
+    """The cache a policy name asks for: ours ordering eviction, or SGLang's built-in with ours keeping tags."""
+    base = split_prefetch(name)[0]
+    builtin = base if base in BUILTIN_STRATEGIES and base not in POLICIES else None
+    if builtin is not None:
+        policy = LRUPolicy(registry)  # keeps tags for the statistics; SGLang's strategy orders eviction
+    else:
+        policy = make_policy(
+            base, registry=registry, call_graph=prepared.trace.meta.call_graph, predictor=predictor, next_use=next_use
+        )
+    return ReplayCache(capacity, policy, builtin, host_capacity)
+
+
 def replay_policy(
     prepared: PreparedTrace,
     name: str,
@@ -125,15 +146,9 @@ def replay_policy(
     def next_use(node: Any) -> float:
         return prepared.next_use.next_use(node.key.token_ids[0], current)
 
-    base, mode = split_prefetch(name)
-    builtin = base if base in BUILTIN_STRATEGIES and base not in POLICIES else None
-    if builtin is not None:
-        policy = LRUPolicy(registry)  # keeps tags for the statistics; SGLang's strategy orders eviction
-    else:
-        policy = make_policy(
-            base, registry=registry, call_graph=prepared.trace.meta.call_graph, predictor=predictor, next_use=next_use
-        )
-    cache = ReplayCache(capacity, policy, builtin, host_capacity)
+    cache = build_replay_cache(prepared, name, capacity, host_capacity, predictor, registry, next_use)
+    policy = cache.policy
+    mode = split_prefetch(name)[1]
     result = ReplayResult(policy=name, capacity=capacity, host_capacity=host_capacity)
     last_ts = 0.0
     window = max(1, len(prepared.requests) // TIMELINE_POINTS)
