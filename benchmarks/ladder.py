@@ -2,8 +2,10 @@
 
     .venv/bin/python benchmarks/ladder.py            # about 8 minutes on 2 cores
 
-Writes docs/benchmarks.md (tables), docs/benchmarks.json (every run) and
-docs/img/ladder-<trace>.png (hit rate over time at the tightest capacity).
+Writes docs/benchmarks.md (tables), docs/benchmarks.json (every run),
+docs/img/ladder-<trace>.png (hit rate over time at the tightest capacity) and,
+on a full run, the summary table in README.md. `--readme` rewrites only that
+table, from docs/benchmarks.json.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import time
 
 from rich.console import Console
@@ -89,10 +92,44 @@ def markdown(runs, command: str) -> str:
     return "\n".join(lines)
 
 
+README = DOCS.parent / "README.md"
+README_TABLE = re.compile(r"(<!-- ladder:begin -->\n).*?(<!-- ladder:end -->)", re.S)
+
+
+def readme_table(rows: list[dict]) -> str:
+    """The README's summary: LRU, the best built-in, pbkv and Belady, from docs/benchmarks.json rows."""
+    lines = [
+        "| trace | capacity | lru | best built-in | pbkv | belady |",
+        "|---|---|---|---|---|---|",
+    ]
+    points = dict.fromkeys((r["trace"], r["capacity"]) for r in rows)
+    for trace, capacity in points:
+        by = {r["policy"]: r for r in rows if r["trace"] == trace and r["capacity"] == capacity}
+        builtin = max((by[b] for b in BUILTINS), key=lambda r: r["hit_rate"])
+        pbkv = by["pbkv"]
+        lines.append(
+            f"| {trace} | {capacity} | {by['lru']['hit_rate']:.1%} | {builtin['policy']} {builtin['hit_rate']:.1%}"
+            f" | **{pbkv['hit_rate']:.1%}** ({pbkv['gap_closed']:+.0%}) | {by['belady']['hit_rate']:.1%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_readme_table() -> None:
+    rows = json.loads((DOCS / "benchmarks.json").read_text())
+    text = README.read_text()
+    if not README_TABLE.search(text):
+        raise SystemExit(f"{README}: no <!-- ladder:begin --> / <!-- ladder:end --> markers to write the table between")
+    README.write_text(README_TABLE.sub(lambda m: m.group(1) + readme_table(rows) + m.group(2), text))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="trace names to run (default: the whole suite)")
+    parser.add_argument("--readme", action="store_true", help="only rewrite README.md's table from the last full run")
     args = parser.parse_args()
+    if args.readme:
+        write_readme_table()
+        return
     started = time.time()
     runs = run(args.only)
     command = "python benchmarks/ladder.py" + (f" --only {' '.join(args.only)}" if args.only else "")
@@ -100,6 +137,8 @@ def main() -> None:
     (DOCS / "benchmarks.json").write_text(
         json.dumps([{"trace": name, **r.to_json()} for name, _d, _r, results in runs for r in results], indent=1)
     )
+    if not args.only:
+        write_readme_table()
     Console(stderr=True).print(f"wrote docs/benchmarks.md and docs/benchmarks.json in {time.time() - started:.0f} s")
 
 

@@ -69,7 +69,9 @@ def test_an_ended_workflows_private_nodes_go_before_an_active_ones(server):
     assert view(server, "evict-A")["cached_tokens"] == 200, "the ended workflow's private nodes were evicted first"
     assert view(server, "evict-B")["cached_tokens"] == b_held, "the active workflow kept its nodes"
     evicted = {k: v - evicted_before.get(k, 0) for k, v in stats(server)["evicted_tokens"].items()}
-    assert {k: v for k, v in evicted.items() if v} == {"retired": s["held_tokens"]["retired"]}, "only retired tokens went"
+    assert {k: v for k, v in evicted.items() if v} == {"retired": s["held_tokens"]["retired"]}, (
+        "only retired tokens went"
+    )
     end(server, "evict-B")
     end(server, "evict-C")
 
