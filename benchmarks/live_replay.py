@@ -150,6 +150,7 @@ def main() -> int:
     p.add_argument("--gpu", action="store_true", help="GPU mode (default: CPU dev mode without a GPU)")
     p.add_argument("--port", type=int, default=30100)
     p.add_argument("--out", default=str(DOCS / "live-replay"), help="output path without extension")
+    p.add_argument("--log-dir", default=str(DOCS.parent / "out"), help="where the servers' logs go")
     args = p.parse_args()
 
     trace = (
@@ -168,7 +169,7 @@ def main() -> int:
             port=args.port,
             max_total_tokens=args.capacity,
             cpu=not args.gpu,
-            log_path=f"{args.out}-{policy}.log",
+            log_path=str(Path(args.log_dir) / f"live-replay-{policy}.log"),
         )
         print(f"{policy}: starting the server", file=sys.stderr)
         with Server(opts) as server:

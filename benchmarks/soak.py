@@ -40,7 +40,9 @@ def rss_mb() -> float:
 
 def soak(console: Console) -> list[dict]:
     trace = generate("code-retry", GenConfig(workflows=SOAK_WORKFLOWS, rate=2.0, unended=0.2, seed=11))
+    baseline_mb = rss_mb()
     prepared = PreparedTrace(trace)
+    prepared_mb = rss_mb()
     capacity = int(mean_prompt(trace) * 8)
     samples: list[dict] = []
     every = len(prepared.requests) // SAMPLES
@@ -92,7 +94,16 @@ def soak(console: Console) -> list[dict]:
         result = replay_policy(prepared, "pbkv", capacity, lease_s=60.0, on_request=sample)
     finally:
         runner.ReplayCache = original
-    return [{"capacity": capacity, "requests": result.requests, "hit_rate": result.hit_rate, "samples": samples}]
+    return [
+        {
+            "capacity": capacity,
+            "requests": result.requests,
+            "hit_rate": result.hit_rate,
+            "rss_mb_before_trace": round(baseline_mb, 1),
+            "rss_mb_trace_prepared": round(prepared_mb, 1),
+            "samples": samples,
+        }
+    ]
 
 
 def adversarial(console: Console) -> list[dict]:
@@ -132,7 +143,10 @@ def main() -> None:
         "",
         f"## Soak: {SOAK_WORKFLOWS:,} code-retry workflows, a fifth never ended (lease 60 s), pbkv, capacity {s['capacity']} tokens",
         "",
-        f"{s['requests']:,} requests, hit rate {s['hit_rate']:.1%}. Sampled every {s['requests'] // SAMPLES:,} requests:",
+        f"{s['requests']:,} requests, hit rate {s['hit_rate']:.1%}. Resident memory was {s['rss_mb_before_trace']:,.0f} MB"
+        f" with SGLang imported and the trace generated, and {s['rss_mb_trace_prepared']:,.0f} MB once the replay had"
+        " built every request's token ids (all of them stay in memory for the run); what the replay adds beyond that"
+        f" is the cache and the policy's state. Sampled every {s['requests'] // SAMPLES:,} requests:",
         "",
         "| requests | RSS (MB) | active workflows | retired so far | tagged nodes | workflow entries on nodes | predictor contexts | forecasts kept |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

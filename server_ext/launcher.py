@@ -138,7 +138,10 @@ class Server:
     def start(self, timeout_s: float = 300.0) -> Server:
         model = ensure_model(self.opts.model_path, self.opts.model_size)
         cmd, env = sglang_command(self.opts, model)
-        self._log = open(self.opts.log_path, "ab") if self.opts.log_path else None
+        self._log = None
+        if self.opts.log_path:
+            Path(self.opts.log_path).parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.opts.log_path, "ab")
         # A new session: the server and every process it spawns form one group we can signal together.
         self.process = subprocess.Popen(
             cmd,
