@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -348,7 +349,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--port", type=int, default=d.port)
     p.add_argument("--model-path", help="model to serve (default: a small random-weight model made locally)")
-    p.add_argument("--log-dir", help="write each server's log here")
+    p.add_argument("--log-dir", help="write each server's log here (default: a new temporary folder)")
     p.add_argument(
         "--json",
         action="store_true",
@@ -367,6 +368,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         raise UsageError("--policies: give at least one policy")
     if args.workflows < 1 or args.concurrency < 1:
         raise UsageError("--workflows and --concurrency must be >= 1")
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-demo-")
+    console.print(f"[dim]server logs: {log_dir}[/dim]")
     opts = DemoOptions(
         policies=policies,
         workflows=args.workflows,
@@ -375,7 +378,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         port=args.port,
         model_path=args.model_path,
-        log_dir=args.log_dir,
+        log_dir=log_dir,
     )
     results = run_demo(opts, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
     table = Table(title=f"{args.workflows} concurrent multi-agent workflows, KV capacity {args.capacity} tokens")
