@@ -7,11 +7,17 @@ distribution backs off from the longest context seen to shorter ones and, for
 an unseen agent, to the global distribution of next agents, each mixed with
 additive smoothing so no outcome that has ever been seen gets probability 0.
 K-step rows come from rolling the chain forward over contexts, END absorbing.
+
+Its state is bounded, since agent ids come from clients: it keeps the
+`max_agents` most recently observed agents and the `max_contexts` most recently
+observed contexts, forgetting the oldest beyond that, and a rollout follows at
+most MAX_STATES contexts per step. Rows are dense over the kept agents, so these
+caps bound the work of one forecast too.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 
 from agentcache.predictor.base import END, START, Forecast, Predictor
@@ -19,17 +25,33 @@ from agentcache.predictor.base import END, START, Forecast, Predictor
 
 class MarkovPredictor(Predictor):
     PRUNE = 1e-3  # rollout contexts below this mass merge into their order-1 suffix
+    MAX_STATES = 16  # rollout contexts kept per step; the rest's mass backs off to the global prior
 
-    def __init__(self, order: int = 1, horizon: int = 3, smoothing: float = 0.5):
+    def __init__(
+        self,
+        order: int = 1,
+        horizon: int = 3,
+        smoothing: float = 0.5,
+        max_agents: int = 64,
+        max_contexts: int = 4096,
+    ):
         super().__init__(horizon)
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
+        if max_agents < 1 or max_contexts < 1:
+            raise ValueError(f"max_agents and max_contexts must be >= 1, got {max_agents} and {max_contexts}")
         self.order = order
         self.smoothing = smoothing
+        self.max_agents = max_agents
+        self.max_contexts = max_contexts
         self.name = "markov" if order == 1 else f"markov-{order}"
-        # counts[context tuple] -> {next: count}; contexts of every length 1..order, and () for the global prior
-        self.counts: dict[tuple[str, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.outcomes: dict[str, None] = {END: None}  # ordered: rows (and their sums) are the same in every process
+        # counts[context tuple] -> {next: count}; contexts of every length 1..order, and () for the global
+        # prior; least recently observed first
+        self.counts: OrderedDict[tuple[str, ...], dict[str, float]] = OrderedDict()
+        # the agents kept, in first-seen order: rows iterate it, so their order (and sums) are the same in
+        # every process that saw the same transitions; END is always kept
+        self.outcomes: dict[str, None] = {END: None}
+        self._agents_by_recency: OrderedDict[str, None] = OrderedDict()  # least recently observed first
         self._row_cache: dict[tuple[str, ...], dict[str, float]] = {}
 
     def _context(self, path: Sequence[str]) -> tuple[str, ...]:
@@ -39,10 +61,31 @@ class MarkovPredictor(Predictor):
         if not path and next_agent == END:
             return  # a workflow that never called anything teaches nothing
         self.outcomes[next_agent] = None
+        if next_agent != END:
+            self._agents_by_recency[next_agent] = None
+            self._agents_by_recency.move_to_end(next_agent)
         context = self._context(path)
         for n in range(0, len(context) + 1):
-            self.counts[context[len(context) - n :]][next_agent] += 1.0
+            key = context[len(context) - n :]
+            row = self.counts.get(key)
+            if row is None:
+                row = self.counts[key] = defaultdict(float)
+            self.counts.move_to_end(key)
+            row[next_agent] += 1.0
+        self._forget_beyond_caps()
         self._row_cache.clear()
+
+    def _forget_beyond_caps(self) -> None:
+        while len(self._agents_by_recency) > self.max_agents:
+            oldest, _ = self._agents_by_recency.popitem(last=False)
+            del self.outcomes[oldest]
+            for key in [k for k in self.counts if oldest in k]:
+                del self.counts[key]
+            for row in self.counts.values():
+                row.pop(oldest, None)
+        while len(self.counts) > self.max_contexts:
+            oldest_key = next(k for k in self.counts if k)  # the global prior () is never forgotten
+            del self.counts[oldest_key]
 
     def next_distribution(self, context: Sequence[str]) -> dict[str, float]:
         """P(next | context), backing off from the longest seen suffix of `context`."""
@@ -92,4 +135,8 @@ class MarkovPredictor(Predictor):
             for context, p in nxt.items():
                 key = context if p >= self.PRUNE or len(context) == 1 else context[-1:]
                 states[key] = states.get(key, 0.0) + p
+            if len(states) > self.MAX_STATES:
+                ranked = sorted(states.items(), key=lambda kv: kv[1], reverse=True)
+                states = dict(ranked[: self.MAX_STATES])
+                states[()] = states.get((), 0.0) + sum(p for _, p in ranked[self.MAX_STATES :])
         return rows

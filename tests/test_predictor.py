@@ -57,3 +57,33 @@ def test_bad_arguments():
         MarkovPredictor(order=0)
     with pytest.raises(ValueError):
         MarkovPredictor(horizon=0)
+    with pytest.raises(ValueError):
+        MarkovPredictor(max_agents=0)
+
+
+def test_agent_ids_that_never_repeat_keep_the_state_and_the_forecast_bounded():
+    m = MarkovPredictor(order=3, max_agents=8, max_contexts=32)
+    train(m, [["planner", "coder", "tester"]])
+    for i in range(500):  # a client that sends a new agent id with every request
+        m.observe([f"agent-{i - 2}", f"agent-{i - 1}"], f"agent-{i}")
+    assert len(m.outcomes) == 8 + 1, "the 8 most recently observed agents, and END"
+    assert "agent-499" in m.outcomes and "agent-491" not in m.outcomes and "planner" not in m.outcomes
+    assert len(m.counts) <= 32 and () in m.counts, "the global prior is never forgotten"
+    rows = m.predict(["agent-497", "agent-498"])
+    assert_valid(rows, 3)
+    assert max(rows[0], key=rows[0].get) == "agent-499"
+    assert set(rows[2]) <= set(m.outcomes)
+
+
+def test_a_rollout_follows_at_most_max_states_contexts_and_stays_a_forecast():
+    m = MarkovPredictor(order=2)
+    agents = [f"a{i}" for i in range(30)]
+    for i, a in enumerate(agents):  # every agent once after every other: near-uniform rows over 30 agents
+        for b in agents[i:] + agents[:i]:
+            m.observe([a], b)
+    m.MAX_STATES = 4
+    followed = []
+    next_distribution = m.next_distribution
+    m.next_distribution = lambda context: followed.append(context) or next_distribution(context)
+    assert_valid(m.predict([agents[0]]), 3)
+    assert len(followed) <= 1 + 2 * (4 + 1), "without the cap, step 3 follows ~900 contexts"
