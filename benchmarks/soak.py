@@ -23,7 +23,10 @@ from dataclasses import replace
 from rich.console import Console
 from suite import DOCS, mean_prompt
 
-from agentcache.policy import tags_of
+from agentcache.policy import WorkflowRegistry, tags_of
+from agentcache.policy.base import MAX_TRACKED_AGENTS, MAX_WORKFLOWS_PER_NODE
+from agentcache.policy.pbkv import MAX_FORECAST_WORKFLOWS, MAX_GAP_MODELS, PER_AGENT_GAPS
+from agentcache.predictor import MarkovPredictor
 from agentcache.replay.runner import PreparedTrace, replay_policy
 from agentcache.trace import End, Request, Trace
 from agentcache.workloads import GenConfig, generate
@@ -137,6 +140,33 @@ def adversarial(console: Console) -> list[dict]:
     return rows
 
 
+def bounds_section() -> list[str]:
+    """The limits on the policy's state and work, read from the code that enforces them."""
+    from agentcache.server_ext.cache import PREDICTOR_BUDGET_MS
+    from agentcache.server_ext.config import DEFAULT_LEASE_S
+
+    registry, markov = WorkflowRegistry(), MarkovPredictor()
+    return [
+        "## What bounds the policy's state and work, whatever clients send",
+        "",
+        f"- workflows: at most {registry.max_active:,} active (the least recently seen retire first), each"
+        f" remembering its last {registry.max_path} agents; a workflow not heard from for its lease"
+        f" ({DEFAULT_LEASE_S:.0f} s by default) retires;",
+        f"- per cache node: at most {MAX_WORKFLOWS_PER_NODE} workflows (ended ones forgotten first, then the least"
+        " recent);",
+        f"- per refresh of the demand: the {MAX_FORECAST_WORKFLOWS:,} most recently active workflows' forecasts;",
+        f"- forecaster (online Markov): the {markov.max_agents} most recently observed agents and"
+        f" {markov.max_contexts:,} contexts, and at most {markov.MAX_STATES} contexts followed per forecast step,"
+        f" so the cost of a forecast stops growing once clients have invented {markov.max_agents} agent ids (the"
+        " last row of the table: bounded, though several times the honest cost);",
+        f"- timing: gap models for at most {MAX_GAP_MODELS:,} agents, {PER_AGENT_GAPS} gaps each; fixed prompts"
+        f" remembered for prefetching: at most {MAX_TRACKED_AGENTS:,} agents;",
+        f"- in the server, a forecast slower than {PREDICTOR_BUDGET_MS:.0f} ms is replaced by the fallback's"
+        " (when TP = 1: ranks must agree).",
+        "",
+    ]
+
+
 def main() -> None:
     console = Console(stderr=True)
     started = time.time()
@@ -184,19 +214,7 @@ def main() -> None:
         "the share of KV memory it holds back from eviction is zero, and admission (free + evictable slots) is",
         "exactly SGLang's. Hostile tags can only make it rank nodes badly, which the table bounds.",
         "",
-        "## What bounds the policy's state and work, whatever clients send",
-        "",
-        "- workflows: at most 100,000 active (the least recently seen retire first), each remembering its",
-        "  last 256 agents; a workflow not heard from for its lease (300 s by default) retires;",
-        "- per cache node: at most 64 workflows (ended ones forgotten first, then the least recent);",
-        "- per refresh of the demand: the 1,024 most recently active workflows' forecasts;",
-        "- forecaster (online Markov): the 64 most recently observed agents and 4,096 contexts, and at most",
-        "  16 contexts followed per forecast step, so the cost of a forecast stops growing once clients have",
-        "  invented 64 agent ids (the last row of the table: bounded, though several times the honest cost);",
-        "- timing: gap models for at most 1,024 agents, 128 gaps each; fixed prompts remembered for",
-        "  prefetching: at most 4,096 agents;",
-        "- in the server, a forecast slower than 10 ms is replaced by the fallback's (when TP = 1: ranks must agree).",
-        "",
+        *bounds_section(),
     ]
     (DOCS / "reliability.md").write_text("\n".join(lines))
     (DOCS / "reliability.json").write_text(json.dumps({"soak": soaked, "adversarial": hostile}, indent=1))
