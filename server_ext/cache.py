@@ -43,11 +43,14 @@ from agentcache.server_ext.adapter import (
 )
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
+from agentcache.server_ext.records import TenantCounters, WorkflowRecords
 from agentcache.trace import Meta
 
 logger = logging.getLogger("agentcache")
 
-RECENT_WORKFLOWS = 10_000  # per-workflow records kept for /stats, oldest dropped first
+# Requests registered and not yet released. The scheduler aborts some requests (bad parameters) right
+# after creating them, without a release: the oldest entries go first beyond this.
+MAX_PENDING_REQUESTS = 1 << 16
 PREDICTOR_BUDGET_MS = 10.0  # a forecast slower than this is replaced by the fallback's
 # One decode step of the cost model's reference model (6 ms): the idle host-to-device time a prefetch may use.
 PREFETCH_STEP_S = 6e-3
@@ -77,14 +80,15 @@ class AgentCache(UnifiedRadixCache):
         install_policy(self, self.policy)
         self.component: TaggedFullComponent = self.components[FULL]
         self.now = 0.0
-        self._requests: dict[str, RequestInfo] = {}
+        self._requests: OrderedDict[str, RequestInfo] = OrderedDict()
         self._prefetch_version = -1
         self.counters: Counter[str] = Counter()
         self.invalid_tags: Counter[str] = Counter()
         self.metrics = Metrics.create(self.tp_rank)
         if self.metrics is not None:
             self.component.on_evict = self.metrics.evicted
-        self.workflows: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.workflows = WorkflowRecords()
+        self.tenants = TenantCounters()
         logger.info(
             "agentcache: policy %s, lease %.0f s, tree core %s", cfg.policy, cfg.lease_s, type(self.tree_core).__name__
         )
@@ -96,37 +100,31 @@ class AgentCache(UnifiedRadixCache):
         params = getattr(req.sampling_params, "custom_params", None)
         raw = wire.find(params)
         self._count("requests")
-        if raw is None:
-            self._count("untagged_requests")
+        tenant = raw.get("tenant") if isinstance(raw, dict) and isinstance(raw.get("tenant"), str) else ""
+        self.tenants.count(tenant, "requests")
+        if raw is None or (isinstance(raw, dict) and raw.get("untagged")):
+            self._count("untagged_requests", tenant=tenant)
             return
         if isinstance(raw, dict) and "invalid" in raw:  # the HTTP process already refused these tags
-            self._invalid(str(raw["invalid"]))
+            self._invalid(str(raw["invalid"]), tenant)
             return
         try:
             tags = wire.parse(raw)
         except wire.TagError as exc:
-            self._invalid(exc.reason)
+            self._invalid(exc.reason, tenant)
             return
         ts = raw.get("ts")
         ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time()
         self.now = max(self.now, ts)
-        tenant = raw.get("tenant") if isinstance(raw.get("tenant"), str) else ""
         scoped = scope(tenant, tags.workflow)
         fixed = tags.fixed_tokens or 0
         request_tags = RequestTags(scoped, tags.agent, min(fixed, len(req.origin_input_ids)))
         self._requests[req.rid] = RequestInfo(request_tags, self.now, tenant)
-        self._count("tagged_requests")
+        if len(self._requests) > MAX_PENDING_REQUESTS:
+            self._requests.popitem(last=False)
+        self._count("tagged_requests", tenant=tenant)
         self.policy.on_request(request_tags, self.now)
-        record = self.workflows.get(scoped)
-        if record is None:
-            if len(self.workflows) >= RECENT_WORKFLOWS:
-                self.workflows.popitem(last=False)
-            record = self.workflows[scoped] = {"requests": 0, "agents": {}, "ended": False}
-        record["requests"] += 1
-        name = tags.agent_name or tags.agent
-        record["agents"][name] = record["agents"].get(name, 0) + 1
-        if tags.agent_name:
-            record.setdefault("agent_ids", {})[tags.agent_name] = tags.agent
+        self.workflows.on_request(scoped, tags.agent_name, tags.agent)
 
     def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
@@ -153,9 +151,10 @@ class AgentCache(UnifiedRadixCache):
                 self._count("prefetch_used_tokens", used, metric="tokens")
         self.policy.tag_path(path, info.tags, info.ts, matched)
         if finished:
-            self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens")
-            self._count("hit_tokens", getattr(req, "cached_tokens", 0), metric="tokens")
-            self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens")
+            tenant = info.tenant
+            self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
+            self._count("hit_tokens", getattr(req, "cached_tokens", 0), metric="tokens", tenant=tenant)
+            self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens", tenant=tenant)
 
     def prefetch_step(self) -> int:
         """Queue load-backs of the host-only cache the forecasts want next, within idle space and bandwidth.
@@ -201,35 +200,44 @@ class AgentCache(UnifiedRadixCache):
 
     # -- control
 
+    def expire(self, ts: float) -> int:
+        """The HTTP process's clock tick: retire workflows whose lease ran out, with no request needed."""
+        self.now = max(self.now, ts)
+        return self.policy.expire(self.now)
+
     def end_workflow(self, tenant: str, workflow: str, ts: float) -> bool:
         self.now = max(self.now, ts)
         scoped = scope(tenant, workflow)
         ended = self.policy.on_end(scoped, self.now)
         if ended:
-            self._count("ended_workflows")
-            record = self.workflows.get(scoped)
-            if record is not None:
-                record["ended"] = True
+            self._count("ended_workflows", tenant=tenant)
+            self.workflows.on_end(scoped)
         else:
-            self._count("unknown_end_events")
+            self._count("unknown_end_events", tenant=tenant)
         return ended
 
-    def _count(self, name: str, n: int = 1, metric: str = "event") -> None:
+    def _count(self, name: str, n: int = 1, metric: str = "event", tenant: str | None = None) -> None:
         self.counters[name] += n
+        if tenant is not None:
+            self.tenants.count(tenant, name, n)
         if self.metrics is not None:
             (self.metrics.token if metric == "tokens" else self.metrics.event)(name, n)
 
-    def _invalid(self, reason: str) -> None:
+    def _invalid(self, reason: str, tenant: str) -> None:
         self.invalid_tags[reason] += 1
+        self.tenants.count(tenant, f"invalid_tags_{reason}")
         self._count(f"invalid_tags_{reason}")
 
-    def stats(self, tenant: str | None = None) -> dict[str, Any]:
-        """Counters, and the per-workflow records `tenant` may see (all of them when tenant is None)."""
+    def stats(self, tenant: str = "", operator: bool = True) -> dict[str, Any]:
+        """Server-wide statistics for the operator; for a tenant, its own counts and workflows only."""
+        if not operator:
+            return self.tenant_stats(tenant)
         registry = self.policy.registry
         c = self.counters
-        workflows = {unscope(k): v for k, v in self.workflows.items() if tenant is None or tenant_of(k) == tenant}
+        workflows = {unscope(k): v for k, v in self.workflows.items()}
         return {
             "policy": self.config.policy,
+            "scope": "server",
             "held_tokens": self.held_by_class(),
             "active_workflows": len(registry),
             "retired_workflows": registry.retired_count,
@@ -255,7 +263,29 @@ class AgentCache(UnifiedRadixCache):
             "evicted_nodes": dict(self.component.evicted_nodes),
             "cached_tokens": self.total_size()[0],
             "free_tokens": self.token_to_kv_pool_allocator.available_size(),
+            "tenants": len(self.tenants),
             "workflows": workflows,
+        }
+
+    def tenant_stats(self, tenant: str) -> dict[str, Any]:
+        """What one tenant may see: counts of its own traffic and its own workflows, nothing server-wide."""
+        c = self.tenants.of(tenant)
+        prefix = "invalid_tags_"
+        return {
+            "policy": self.config.policy,
+            "scope": "tenant",
+            "active_workflows": sum(1 for state in self.policy.registry.active() if tenant_of(state.id) == tenant),
+            "requests": c["requests"],
+            "tagged_requests": c["tagged_requests"],
+            "untagged_requests": c["untagged_requests"],
+            "invalid_tags": {k[len(prefix) :]: v for k, v in c.items() if k.startswith(prefix)},
+            "prompt_tokens": c["prompt_tokens"],
+            "hit_tokens": c["hit_tokens"],
+            "host_hit_tokens": c["host_hit_tokens"],
+            "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
+            "ended_workflows": c["ended_workflows"],
+            "unknown_end_events": c["unknown_end_events"],
+            "workflows": {unscope(k): v for k, v in self.workflows.items() if tenant_of(k) == tenant},
         }
 
     def _cached_nodes(self) -> Any:
@@ -286,7 +316,7 @@ class AgentCache(UnifiedRadixCache):
             tokens += len(node.key)
             fixed_tokens += len(node.key) if tags.fixed_agents else 0
             agents |= tags.workflows[scoped].keys()
-        record = self.workflows.get(scoped, {})
+        record = self.workflows.get(scoped) or {}
         return {
             "workflow": workflow,
             "active": self.policy.registry.is_active(scoped),

@@ -19,7 +19,10 @@ def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlO
         return _reply(
             req,
             False,
-            {"error": "the agentcache cache is not active: start SGLang with --radix-cache-backend agentcache"},
+            {
+                "error": "the agentcache cache is not active: start SGLang with --radix-cache-backend agentcache",
+                "reason": "not_enabled",
+            },
         )
     try:
         payload = json.loads(req.payload)
@@ -27,9 +30,11 @@ def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlO
             ended = cache.end_workflow(str(payload.get("tenant", "")), str(payload["workflow"]), float(payload["ts"]))
             return _reply(req, True, {"ended": ended})
         if req.op == "stats":
-            return _reply(req, True, cache.stats(payload.get("tenant")))
+            return _reply(req, True, cache.stats(str(payload.get("tenant", "")), bool(payload.get("operator"))))
         if req.op == "workflow":
             return _reply(req, True, cache.workflow_view(str(payload.get("tenant", "")), str(payload["workflow"])))
+        if req.op == "expire":
+            return _reply(req, True, {"expired": cache.expire(float(payload["ts"]))})
         if req.op == "ping":
             return _reply(req, True, {"policy": cache.config.policy})
         return _reply(req, False, {"error": f"unknown control operation {req.op!r}"})

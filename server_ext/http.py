@@ -8,8 +8,14 @@
   marker naming the reason, so the request is served untagged and the
   scheduler counts it; good ones get the server's timestamp, which is the
   policy clock (identical on every scheduler rank).
+- Every generate request: prompts the engine would crash on (an empty prompt
+  in a batch, out-of-vocabulary ids, more top log-probabilities than the
+  vocabulary has) are refused with a 400 that says why.
 - Routes under ``/agentcache/v1``: end a workflow, statistics, health. They
-  sit behind SGLang's API-key middleware like every other route.
+  sit behind SGLang's API-key middleware like every other route. Control
+  calls reach the schedulers through :class:`ControlChannel`, which matches
+  each reply to its call; a ticker sends the clock to the schedulers so that
+  leases run out on an idle server too.
 """
 
 from __future__ import annotations
@@ -19,8 +25,13 @@ import copy
 import hashlib
 import json
 import logging
+import os
 import time
+import uuid
+from array import array
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
@@ -30,17 +41,51 @@ from agentcache import wire
 
 logger = logging.getLogger("agentcache")
 
-PREFIX_CACHE_SIZE = 1024
-RPC_TIMEOUT_S = 30.0
+CONTROL_TIMEOUT_ENV = "AGENTCACHE_CONTROL_TIMEOUT_S"
+DEFAULT_CONTROL_TIMEOUT_S = 30.0
 
-_prefix_ids: OrderedDict[str, list[int]] = OrderedDict()  # rendered fixed prefixes, by content hash
 _logged_reasons: set[str] = set()
+
+
+class RenderedPrefixes:
+    """Rendered fixed prompts by content hash: bounded in entries and in tokens, least recently used out first.
+
+    A prefix longer than `max_tokens_each` is never kept (rendered again each time): a client sending
+    huge, ever-different system messages must not grow the HTTP process, even when the engine then
+    refuses the prompt as too long.
+    """
+
+    def __init__(self, max_entries: int = 1024, max_tokens: int = 1 << 21, max_tokens_each: int = 1 << 16):
+        self.max_entries, self.max_tokens, self.max_tokens_each = max_entries, max_tokens, max_tokens_each
+        self._ids: OrderedDict[str, array] = OrderedDict()
+        self.tokens = 0
+
+    def get(self, key: str) -> array | None:
+        ids = self._ids.get(key)
+        if ids is not None:
+            self._ids.move_to_end(key)
+        return ids
+
+    def put(self, key: str, ids: list[int]) -> None:
+        if len(ids) > self.max_tokens_each or key in self._ids:
+            return
+        self._ids[key] = array("q", ids)  # 8 bytes a token, not a Python int object each
+        self.tokens += len(ids)
+        while len(self._ids) > self.max_entries or self.tokens > self.max_tokens:
+            _, old = self._ids.popitem(last=False)
+            self.tokens -= len(old)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+_prefixes = RenderedPrefixes()
 
 
 # ---------------------------------------------------------------- tag intake
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def _common_prefix(a: Any, b: Any) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -59,21 +104,16 @@ def resolve_fixed_messages(serving_chat: Any, request: Any, prompt_ids: list[int
             default=str,
         ).encode()
     ).hexdigest()
-    prefix = _prefix_ids.get(key)
+    prefix: Any = _prefixes.get(key)
     if prefix is None:
         # _process_messages mutates its argument: render a copy.
         head = request.model_copy(update={"messages": copy.deepcopy(request.messages[:n])}, deep=True)
-        rendered = serving_chat._process_messages(
+        prefix = serving_chat._process_messages(
             head, serving_chat.tokenizer_manager.model_config.is_multimodal
         ).prompt_ids
-        if not isinstance(rendered, list):
+        if not isinstance(prefix, list):
             return 0
-        prefix = rendered
-        _prefix_ids[key] = prefix
-        if len(_prefix_ids) > PREFIX_CACHE_SIZE:
-            _prefix_ids.popitem(last=False)
-    else:
-        _prefix_ids.move_to_end(key)
+        _prefixes.put(key, prefix)
     return _common_prefix(prefix, prompt_ids)
 
 
@@ -93,6 +133,11 @@ def _after_chat_conversion(result: Any, serving_chat: Any, request: Any, raw_req
     return None
 
 
+# A header that is not JSON. An object no client can send, so that the chat hook can hand it on to
+# the generate hook inside the request's own parameters.
+BAD_HEADER = object()
+
+
 def _tags_from(params: dict | None, raw_request: Any) -> Any:
     """The tag object of a request: from the body, else from the forwarded header (proxies drop body fields)."""
     if params is None:
@@ -104,8 +149,8 @@ def _tags_from(params: dict | None, raw_request: Any) -> Any:
         if header:
             try:
                 raw = json.loads(header)
-            except ValueError:
-                raw = {"invalid": "bad_header"}
+            except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
+                raw = BAD_HEADER
             params["custom_params"] = {**(custom if isinstance(custom, dict) else {}), wire.KEY: raw}
     return raw
 
@@ -117,14 +162,20 @@ def _log_once(reason: str, message: str) -> None:
 
 
 def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input_ids: Any) -> None:
-    """Validate one request's tags in place; bad tags become {"invalid": reason}."""
+    """Validate one request's tags in place, for the scheduler: what it finds under the key is always made
+    here, never what a client sent: the accepted tags with the server's timestamp and the tenant, or
+    ``{"invalid": reason, "tenant": ...}``, or (a tenant's request without tags) ``{"untagged": true, ...}``."""
     raw = _tags_from(params, raw_request)
+    tenant = tenant_of_request(raw_request)
     if raw is None:
+        custom = params.get("custom_params")
+        if tenant and (custom is None or isinstance(custom, dict)):  # counted for its tenant, served as it is
+            params["custom_params"] = {**(custom or {}), wire.KEY: {"untagged": True, "tenant": tenant}}
         return
     custom = params["custom_params"]
-    if isinstance(raw, dict) and "invalid" in raw and len(raw) == 1:
-        return
     try:
+        if raw is BAD_HEADER:
+            raise wire.TagError("bad_header", f"the {wire.HEADER} header is not JSON")
         tags = wire.parse(raw)
         if tags.fixed_chars is not None and isinstance(text, str) and tokenizer is not None:
             prefix = tokenizer.encode(text[: tags.fixed_chars])
@@ -135,28 +186,65 @@ def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input
             )
     except wire.TagError as exc:
         _log_once(exc.reason, f"agentcache: request served untagged: {exc} (logged once per kind)")
-        custom[wire.KEY] = {"invalid": exc.reason}
+        custom[wire.KEY] = {"invalid": exc.reason, "tenant": tenant}
         return
     accepted = tags.to_wire()
     accepted["ts"] = time.time()
-    accepted["tenant"] = tenant_of_request(raw_request)  # set here, never taken from the client
+    accepted["tenant"] = tenant  # set here, never taken from the client
     custom[wire.KEY] = accepted
 
 
-def check_token_ids(input_ids: Any, vocab_size: int) -> None:
-    """Refuse token ids the model cannot embed: SGLang 0.5.23 lets them through and its scheduler dies on them."""
+# ---------------------------------------------------------------- prompts the engine would crash on
+#
+# SGLang 0.5.23 lets these through to the scheduler, whose forward pass then raises, and a scheduler
+# that raises takes every process of the server down with it. Refused here with a ValueError, which
+# SGLang answers with HTTP 400 and the message.
+
+
+def check_token_ids(input_ids: Any, vocab_size: int, where: str = "input_ids") -> None:
+    """Refuse ids the model cannot embed (out of the vocabulary, or not integers)."""
     if not isinstance(input_ids, list) or not input_ids or not vocab_size:
         return
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in input_ids):
-        raise ValueError("input_ids must be a list of integers")
+        raise ValueError(f"{where} must be a list of integers")
     low, high = min(input_ids), max(input_ids)
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
-        raise ValueError(f"input_ids contains out-of-vocabulary token id {bad}; valid range is [0, {vocab_size})")
+        raise ValueError(f"{where} contains out-of-vocabulary token id {bad}; valid range is [0, {vocab_size})")
+
+
+def check_request(obj: Any, vocab_size: int) -> None:
+    """Refuse a generate request whose prompts or log-probability asks would crash the scheduler."""
+    ids = obj.input_ids
+    if isinstance(ids, list) and ids and isinstance(ids[0], list):  # a batch of prompts
+        for i, prompt in enumerate(ids):
+            if not prompt:
+                # A prefill batch of nothing but empty prompts is a tensor of 0 elements the model cannot reshape.
+                raise ValueError(f"input_ids[{i}] is empty: every prompt of a batch needs at least one token")
+            check_token_ids(prompt, vocab_size, f"input_ids[{i}]")
+    else:
+        check_token_ids(ids, vocab_size)
+    counts = obj.top_logprobs_num if isinstance(obj.top_logprobs_num, list) else [obj.top_logprobs_num]
+    for n in counts:
+        if isinstance(n, int) and vocab_size and n > vocab_size:
+            raise ValueError(f"top_logprobs_num {n} exceeds the vocabulary's {vocab_size} tokens")
+
+
+def _before_validate(tokenizer_manager: Any, obj: Any, input_ids: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE hook on TokenizerManager._validate_one_request: each prompt, as the engine will see it.
+
+    Text can tokenize to nothing (an empty string, with a tokenizer that adds no BOS token).
+    """
+    session = getattr(obj, "session_params", None)
+    if isinstance(input_ids, list) and not input_ids and not (isinstance(session, dict) and session.get("id")):
+        raise ValueError("the prompt is empty: it has no tokens once tokenized")
+    return None
 
 
 def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> None:
     """BEFORE hook on TokenizerManager.generate_request: every generate and chat request passes here."""
+    vocab_size = getattr(getattr(tokenizer_manager, "model_config", None), "vocab_size", 0)
+    check_request(obj, vocab_size)
     batch = obj.sampling_params if isinstance(obj.sampling_params, list) else [obj.sampling_params]
     texts = obj.text if isinstance(obj.text, list) else [obj.text] * len(batch)
     ids = (
@@ -164,9 +252,7 @@ def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> N
         if isinstance(obj.input_ids, list) and obj.input_ids and isinstance(obj.input_ids[0], list)
         else [obj.input_ids] * len(batch)
     )
-    vocab_size = getattr(getattr(tokenizer_manager, "model_config", None), "vocab_size", 0)
-    for input_ids in ids:
-        check_token_ids(input_ids, vocab_size)
+    expiry_ticker.start()
     for params, text, input_ids in zip(batch, texts, ids):
         if isinstance(params, dict):
             try:
@@ -174,37 +260,148 @@ def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> N
             except Exception:  # never let tag handling take a request down
                 logger.exception("agentcache: tag intake failed; request served untagged")
                 if isinstance(params.get("custom_params"), dict):
-                    params["custom_params"][wire.KEY] = {"invalid": "internal_error"}
+                    params["custom_params"][wire.KEY] = {"invalid": "internal_error", "tenant": ""}
     return None
 
 
 # ---------------------------------------------------------------- control routes
 
 
-async def control(op: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """Send one control operation to every scheduler; the replies of each data-parallel rank zero."""
+class ControlError(RuntimeError):
+    """A control call that got no (good) answer: the scheduler timed out, or said what went wrong."""
+
+    def __init__(self, message: str, reason: str = "error"):
+        super().__init__(message)
+        self.reason = reason  # "timeout", "not_enabled" (no agentcache cache in the scheduler), or "error"
+
+
+@dataclass
+class _Call:
+    done: asyncio.Future
+    expected: int
+    replies: list[Any] = field(default_factory=list)
+
+
+class ControlChannel:
+    """Control calls to every scheduler over SGLang's own channel, each reply matched to its call by id.
+
+    A call that times out is forgotten, so its reply, should the scheduler send it later, is dropped
+    (and counted) instead of answering whoever calls next: no caller can receive another's answer.
+    Calls may be in flight together; each collects one reply per data-parallel group.
+    """
+
+    def __init__(self, send: Callable[[Any], None], fan_out: int):
+        self._send = send
+        self._fan_out = fan_out
+        self._calls: dict[str, _Call] = {}
+        self.late_replies = 0
+
+    async def call(self, op: str, payload: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+        from agentcache.server_ext.ipc import AgentCacheControl
+
+        rid = f"agentcache-{uuid.uuid4().hex}"
+        call = self._calls[rid] = _Call(asyncio.get_running_loop().create_future(), self._fan_out)
+        try:
+            self._send(AgentCacheControl(rid=rid, op=op, payload=json.dumps(payload)))
+            outs = await asyncio.wait_for(call.done, timeout_s)
+        except TimeoutError:
+            raise ControlError(f"the scheduler did not answer within {timeout_s:.0f} s", "timeout") from None
+        finally:
+            del self._calls[rid]
+        replies = [json.loads(o.result) for o in outs]
+        for out, reply in zip(outs, replies):
+            if not out.ok:
+                raise ControlError(reply.get("error", "control operation failed"), reply.get("reason", "error"))
+        return replies
+
+    def on_reply(self, out: Any) -> None:
+        call = self._calls.get(out.rid)
+        if call is None or call.done.done():
+            self.late_replies += 1  # its caller gave up: the answer is nobody else's
+            return
+        call.replies.append(out)
+        if len(call.replies) == call.expected:
+            call.done.set_result(call.replies)
+
+
+def control_timeout_s() -> float:
+    raw = os.environ.get(CONTROL_TIMEOUT_ENV)
+    try:
+        return float(raw) if raw else DEFAULT_CONTROL_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_CONTROL_TIMEOUT_S
+
+
+def control_channel() -> ControlChannel:
+    """The HTTP process's channel to its schedulers, made on first use (the tokenizer manager exists by then)."""
     from sglang.srt.entrypoints import http_server
-    from sglang.srt.managers.communicator import FanOutCommunicator
     from sglang.srt.runtime_context import get_parallel
     from sglang.utils import TypeBasedDispatcher
 
-    from agentcache.server_ext.ipc import AgentCacheControl, AgentCacheControlOutput
+    from agentcache.server_ext.ipc import AgentCacheControlOutput
 
     tm = http_server.get_global_state().tokenizer_manager
-    comm = getattr(tm, "_agentcache_comm", None)
-    if comm is None:
-        comm = FanOutCommunicator(tm._dispatch_to_scheduler, get_parallel().num_dp_ranks)
-        tm._result_dispatcher += TypeBasedDispatcher([(AgentCacheControlOutput, comm.handle_recv)])
-        tm._agentcache_comm = comm
+    channel = getattr(tm, "_agentcache_channel", None)
+    if channel is None:
+        channel = ControlChannel(tm._dispatch_to_scheduler, get_parallel().num_dp_ranks)
+        tm._result_dispatcher += TypeBasedDispatcher([(AgentCacheControlOutput, channel.on_reply)])
+        tm._agentcache_channel = channel
     tm.auto_create_handle_loop()
-    outs = await asyncio.wait_for(
-        comm.queueing_call(AgentCacheControl(op=op, payload=json.dumps(payload))), RPC_TIMEOUT_S
-    )
-    replies = [json.loads(o.result) for o in outs]
-    for out, reply in zip(outs, replies):
-        if not out.ok:
-            raise RuntimeError(reply.get("error", "control operation failed"))
-    return replies
+    return channel
+
+
+async def control(op: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send one control operation to every scheduler; the replies of each data-parallel rank zero."""
+    return await control_channel().call(op, payload, control_timeout_s())
+
+
+class ExpiryTicker:
+    """Sends the HTTP process's clock to the schedulers now and then, so leases run out on an idle server.
+
+    Leases are checked against the policy clock, which moves with tagged requests; without ticks a
+    workflow nobody ended would stay active until the next tagged request. The tick is a control
+    message, so every tensor-parallel rank applies it at the same point of its request stream.
+    Started by the first generate or control request (in the event loop); stops for good when the
+    schedulers do not run the agentcache cache.
+    """
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task | None = None
+        self.stopped = False
+
+    @staticmethod
+    def interval_s() -> float:
+        from agentcache.server_ext.config import DEFAULT_LEASE_S, LEASE_ENV
+
+        try:
+            lease = float(os.environ.get(LEASE_ENV) or DEFAULT_LEASE_S)
+        except ValueError:
+            lease = DEFAULT_LEASE_S
+        return min(max(lease / 4.0, 0.5), 30.0)
+
+    def start(self) -> None:
+        if self._task is not None or self.stopped:
+            return
+        try:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        except RuntimeError:  # no event loop here (never the case in the HTTP process)
+            return
+
+    async def _run(self) -> None:
+        interval = self.interval_s()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await control("expire", {"ts": time.time()})
+            except ControlError as exc:
+                if exc.reason == "not_enabled":  # a server without the agentcache cache: nothing to expire
+                    self.stopped = True
+                    return
+            except Exception:  # the ticker must never die of a transient fault
+                logger.exception("agentcache: lease tick failed")
+
+
+expiry_ticker = ExpiryTicker()
 
 
 TENANT_HEADER = "x-agentcache-tenant"
@@ -234,12 +431,32 @@ def tenant_of_request(request: Any) -> str:
     return f"{digest}/{sub}"
 
 
+def is_operator(request: Any) -> bool:
+    """Whether a request acts for the server's operator: it presents the server's own key and names no
+    sub-tenant. On a server without a key anyone is, short of naming a sub-tenant (nothing is protected)."""
+    import secrets
+
+    from sglang.srt.runtime_context import get_serving
+
+    headers = request.headers
+    if headers.get(TENANT_HEADER) or headers.get(ROUTED_TENANT_HEADER):
+        return False
+    serving = get_serving()
+    keys = [k for k in (serving.admin_api_key, serving.api_key) if k]
+    if not keys:
+        return True
+    auth = headers.get("authorization", "")
+    presented = auth[7:] if auth[:7].lower() == "bearer " else ""
+    return any(secrets.compare_digest(presented.encode(), k.encode()) for k in keys)
+
+
 async def _answer(op: str, payload: dict[str, Any]) -> Any:
     """The schedulers' answer to one control operation: rank zero's, or every rank's; 503 if none came."""
+    expiry_ticker.start()
     try:
         replies = await control(op, payload)
-    except (TimeoutError, RuntimeError) as exc:
-        return ORJSONResponse({"error": str(exc) or "the scheduler did not answer"}, status_code=503)
+    except ControlError as exc:
+        return ORJSONResponse({"error": str(exc)}, status_code=503)
     return replies[0] if len(replies) == 1 else {"ranks": replies}
 
 
@@ -261,7 +478,7 @@ def add_routes(app: Any) -> None:
         return await _answer("workflow", {"workflow": workflow_id, "tenant": tenant_of_request(request)})
 
     async def stats(request: Request) -> Any:
-        return await _answer("stats", {"tenant": tenant_of_request(request)})
+        return await _answer("stats", {"tenant": tenant_of_request(request), "operator": is_operator(request)})
 
     async def health(request: Request) -> Any:
         answer = await _answer("ping", {})

@@ -108,6 +108,11 @@ def _register_launcher() -> None:
         http._before_generate,
         HookType.BEFORE,
     )
+    HookRegistry.register(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
+        http._before_validate,
+        HookType.BEFORE,
+    )
 
 
 # ---------------------------------------------------------------- scheduler processes

@@ -8,6 +8,10 @@ import pytest
 
 # Must be set before SGLang is imported anywhere in the test process.
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+# Servers started by the tests give up on a control call after this long (default 30 s), so a test can
+# stall a scheduler past it quickly.
+CONTROL_TIMEOUT_S = 8
+os.environ.setdefault("AGENTCACHE_CONTROL_TIMEOUT_S", str(CONTROL_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -116,11 +116,17 @@ class CachePolicy(ABC):
     # -- events from the adapter
 
     def on_request(self, tags: RequestTags, now: float) -> WorkflowState:
-        for state in self.registry.expire(now):
-            self._retire(state)
+        self.expire(now)
         state, previous = self.registry.observe(tags.workflow, tags.agent, now)
         self.on_transition(state, previous)
         return state
+
+    def expire(self, now: float) -> int:
+        """Retire every workflow whose lease ran out by `now`; how many did."""
+        expired = self.registry.expire(now)
+        for state in expired:
+            self._retire(state)
+        return len(expired)
 
     def on_end(self, workflow: str, now: float) -> bool:
         """Apply an end event; False when the workflow was not active."""
