@@ -273,7 +273,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--gpu", dest="cpu", action="store_false", help="GPU mode")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--max-total-tokens", type=int, help="KV capacity in tokens")
+    p.add_argument(
+        "--max-total-tokens", type=int, help="KV capacity in tokens (CPU dev mode: 65536 unless given; GPU: SGLang's)"
+    )
     p.add_argument("--hicache", action="store_true", help="enable SGLang's host-memory tier (HiCache)")
     p.add_argument("--lease", type=float, help="seconds without a request before a workflow is retired")
     p.add_argument("--call-graph", help="JSON file with the static call graph (for kvflow)")

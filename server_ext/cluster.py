@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from agentcache.server_ext.launcher import ServeOptions, Server, ServerError, ensure_model
+from agentcache.server_ext.launcher import ServeOptions, Server, ServerError, ensure_model, run_until_signal
 
 ASSIGNMENT_MODES = ("random", "min_load", "min_group")  # how the manual policy places a new routing key
 
@@ -239,17 +239,16 @@ class Cluster:
         with ThreadPoolExecutor(len(self.workers)) as pool:
             list(pool.map(lambda w: w.stop(grace_s), self.workers))
 
-    def wait(self) -> int:
-        """Block until the router or a worker exits; its exit status."""
+    def poll(self) -> int | None:
+        """The exit status of the router or a worker once one of them exited, else None."""
         processes = [p for p in (self.router, *(w.process for w in self.workers)) if p is not None]
         if not processes:
-            raise ClusterError("the cluster is not running")
-        while True:
-            for process in processes:
-                code = process.poll()
-                if code is not None:
-                    return code
-            time.sleep(1.0)
+            return 0
+        for process in processes:
+            code = process.poll()
+            if code is not None:
+                return code
+        return None
 
     def __enter__(self) -> Cluster:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -295,14 +294,17 @@ def serve_cluster_forever(opts: ServeOptions, workers: int, router_port: int) ->
     """Run `workers` workers behind the router on `router_port` until one exits or we get SIGINT/SIGTERM."""
     try:
         cluster = Cluster(opts, workers, router_port)
-        with cluster:
+
+        def start() -> None:
+            cluster.start()
             print(
                 f"agentcache: serving on {cluster.base_url} (sglang-router, manual policy) in front of "
                 f"{workers} workers {', '.join(cluster.worker_urls)} "
                 f"(policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
                 file=sys.stderr,
             )
-            return cluster.wait()
+
+        return run_until_signal(start, cluster.poll, cluster.stop, "the cluster")
     except (ClusterError, ServerError) as exc:
         print(f"agentcache: {exc}", file=sys.stderr)
         return 1

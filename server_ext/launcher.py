@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,9 @@ import httpx
 from agentcache.server_ext.model import is_model_dir, make_model
 
 DEFAULT_PORT = 30000
+# CPU dev mode's KV capacity when none is given: SGLang would size the pool from the machine's free
+# memory (20 GB for the tiny model on a 24 GB machine), where a dev server needs a few MB.
+CPU_DEFAULT_MAX_TOTAL_TOKENS = 65536
 
 
 def has_gpu() -> bool:
@@ -101,8 +105,12 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
         cmd += ["--agentcache-predictor", opts.predictor]
     if opts.prefetch:
         cmd += ["--agentcache-prefetch", opts.prefetch]
-    if opts.max_total_tokens:
-        cmd += ["--max-total-tokens", str(opts.max_total_tokens)]
+    capacity = opts.max_total_tokens
+    sized_by_user = any(a.split("=")[0] in ("--max-total-tokens", "--mem-fraction-static") for a in opts.extra_args)
+    if capacity is None and opts.cpu_mode and not sized_by_user:
+        capacity = CPU_DEFAULT_MAX_TOTAL_TOKENS
+    if capacity:
+        cmd += ["--max-total-tokens", str(capacity)]
     if opts.api_key:
         cmd += ["--api-key", opts.api_key]
     if opts.enable_metrics:
@@ -171,6 +179,10 @@ class Server:
         self.stop()
         raise ServerError(f"SGLang did not become ready in {timeout_s:.0f} s" + self._log_hint())
 
+    def poll(self) -> int | None:
+        """SGLang's exit status once it exited (0 when it was never started), else None."""
+        return self.process.poll() if self.process is not None else 0
+
     def _log_hint(self) -> str:
         return f" (log: {self.opts.log_path})" if self.opts.log_path else ""
 
@@ -203,22 +215,71 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def run_until_signal(
+    start: Callable[[], None], poll: Callable[[], int | None], stop: Callable[[], None], what: str
+) -> int:
+    """Start, then wait until a process of ours exits or SIGTERM/SIGINT arrives; always stop everything.
+
+    The wait polls: a signal handler that waited on a child while the main thread also waited on it
+    would deadlock. A stop requested by one signal returns 128 + its number; a server that stopped on
+    its own says so (SGLang takes all its processes down when one scheduler fails) and returns non-zero.
+    """
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise _Stopped(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        start()
+        while (code := poll()) is None:
+            time.sleep(0.2)
+        print(
+            f"agentcache: {what} stopped on its own ({describe_exit(code)}). A failing scheduler takes every "
+            "SGLang process down with it: the reason is in its log above.",
+            file=sys.stderr,
+        )
+        return code if code > 0 else 128 - code if code < 0 else 1
+    except _Stopped as stopped:
+        print(f"agentcache: {signal.Signals(stopped.signum).name} received, stopping {what}", file=sys.stderr)
+        return 128 + stopped.signum
+    finally:
+        for sig in previous:  # a second signal while stopping must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def serve_forever(opts: ServeOptions) -> int:
     """Run until SGLang exits or we get SIGINT/SIGTERM; then stop everything."""
     server = Server(opts)
 
-    def stop(signum: int, _frame: object) -> None:
-        server.stop()
-        sys.exit(128 + signum)
+    def start() -> None:
+        server.start()
+        print(
+            f"agentcache: serving on {opts.base_url} (policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
+            file=sys.stderr,
+        )
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    server.start()
-    print(
-        f"agentcache: serving on {opts.base_url} (policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
-        file=sys.stderr,
-    )
-    assert server.process is not None
-    code = server.process.wait()
-    server.stop()
-    return code
+    try:
+        return run_until_signal(start, server.poll, server.stop, "the server")
+    except ServerError as exc:
+        print(f"agentcache: {exc}", file=sys.stderr)
+        return 1

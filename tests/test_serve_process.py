@@ -1,0 +1,120 @@
+"""`agentcache serve` as a process manager runs it: one signal stops everything, a dead engine is reported.
+
+Process managers send one SIGTERM (systemd, Kubernetes); a terminal sends SIGINT. Each test starts the
+command as a user would and checks its exit status, its message, that every process it started is gone
+and that its ports are free again.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import psutil
+import pytest
+
+pytestmark = pytest.mark.server
+
+STOP_WITHIN_S = 30  # SGLang drains in-flight requests on SIGTERM (a few seconds on CPU)
+
+
+def start_serve(*args: str, port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "agentcache.cli", "serve", "--model-size", "tiny", "--port", str(port)]
+    cmd += ["--max-total-tokens", "4000", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_ready(process: subprocess.Popen, url: str, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{url} not ready in {timeout_s} s")
+
+
+def descendants(process: subprocess.Popen) -> list[psutil.Process]:
+    return psutil.Process(process.pid).children(recursive=True)
+
+
+def assert_all_gone(processes: list[psutil.Process], ports: list[int]) -> None:
+    _, alive = psutil.wait_procs(processes, timeout=10)
+    assert not alive, f"left running: {[p.pid for p in alive]}"
+    from agentcache.server_ext.cluster import port_is_free
+
+    assert all(port_is_free("127.0.0.1", p) for p in ports), "a port is still taken"
+
+
+def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server():
+    from conftest import free_port
+
+    port = free_port()
+    serve = start_serve("--lease", "2", port=port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(serve, f"{url}/agentcache/v1/health")
+        tags = {"v": 1, "workflow": "forgotten", "agent": "a:x"}
+        body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 1, "custom_params": {"agentcache": tags}}}
+        httpx.post(f"{url}/generate", json=body, timeout=60).raise_for_status()
+        assert httpx.get(f"{url}/agentcache/v1/stats").json()["active_workflows"] == 1
+        time.sleep(4)  # past the lease, and no request comes
+        stats = httpx.get(f"{url}/agentcache/v1/stats").json()
+        assert stats["active_workflows"] == 0 and stats["expired_workflows"] == 1, "the lease ran out on the clock"
+        children = descendants(serve)
+        started = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        _, err = serve.communicate(timeout=STOP_WITHIN_S)
+        assert serve.returncode == 128 + signal.SIGTERM and time.monotonic() - started < STOP_WITHIN_S
+        assert "SIGTERM received, stopping the server" in err
+        assert_all_gone(children, [port])
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+
+
+def test_serve_says_so_and_exits_nonzero_when_the_engine_dies():
+    from conftest import free_port
+
+    port = free_port()
+    serve = start_serve(port=port)
+    try:
+        wait_ready(serve, f"http://127.0.0.1:{port}/agentcache/v1/health")
+        time.sleep(3)  # serve itself polls for readiness too: let it see the server up
+        children = descendants(serve)
+        (scheduler,) = [p for p in children if "scheduler" in " ".join(p.cmdline())]
+        scheduler.kill()  # SGLang's launcher notices a dead scheduler and takes the whole server down
+        _, err = serve.communicate(timeout=STOP_WITHIN_S)
+        assert serve.returncode != 0
+        assert "the server stopped on its own (killed by SIGKILL)" in err, err[-2000:]
+        assert_all_gone(children, [port])
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+
+
+def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router():
+    from agentcache.server_ext.cluster import free_port
+
+    port = free_port()
+    serve = start_serve("--workers", "2", port=port)
+    try:
+        wait_ready(serve, f"http://127.0.0.1:{port}/workers")
+        while len(httpx.get(f"http://127.0.0.1:{port}/workers", timeout=5).json().get("workers", [])) < 2:
+            time.sleep(1)
+        children = descendants(serve)
+        worker_ports = [port + 1, port + 2]
+        serve.send_signal(signal.SIGINT)
+        _, err = serve.communicate(timeout=STOP_WITHIN_S)
+        assert serve.returncode == 128 + signal.SIGINT, err[-2000:]
+        assert "SIGINT received, stopping the cluster" in err
+        assert_all_gone(children, [port, *worker_ports])
+    finally:
+        if serve.poll() is None:
+            serve.kill()
