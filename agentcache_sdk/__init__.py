@@ -7,8 +7,9 @@
     @ac.workflow
     def solve(task): ...            # every LLM request inside is tagged; leaving ends the workflow
 
-Importing the package installs the request hooks (openai SDK and httpx); they
-only touch requests to the configured server, and only inside a workflow.
+Importing the package installs the request hooks (openai SDK and httpx) and
+carries the workflow into thread pools; both only act inside a workflow, and
+the hooks only touch requests to the configured server.
 """
 
 from agentcache_sdk._config import Settings, configure, settings
@@ -24,10 +25,13 @@ from agentcache_sdk._workflow import (
     current_workflow,
     end_workflow,
     flush,
+    stats,
     workflow,
 )
+from agentcache_sdk._workflow import carry_into_thread_pools as _carry_into_thread_pools
 
 _install()
+_carry_into_thread_pools()
 
 __all__ = [
     "Recorder",
@@ -43,6 +47,7 @@ __all__ = [
     "flush",
     "record",
     "settings",
+    "stats",
     "usage",
     "workflow",
 ]

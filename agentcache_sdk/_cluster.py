@@ -18,7 +18,7 @@ import time
 import httpx
 
 TARGETS_TTL_S = 30.0
-LOOKUP_TIMEOUT_S = 5.0
+LOOKUP_TIMEOUT = httpx.Timeout(5.0, connect=1.0)  # a server that does not accept at once is unreachable
 
 _DP_RANK = re.compile(r"@\d+$")  # the router's --dp-aware mode lists a worker once per rank as `url@rank`
 _cache: dict[str, tuple[float, list[str]]] = {}
@@ -49,7 +49,7 @@ def end_targets(client: httpx.Client, base_url: str, headers: dict[str, str]) ->
     if cached is not None and now - cached[0] < TARGETS_TTL_S:
         return cached[1]
     try:
-        r = client.get(f"{base_url}/workers", headers=headers, timeout=LOOKUP_TIMEOUT_S)
+        r = client.get(f"{base_url}/workers", headers=headers, timeout=LOOKUP_TIMEOUT)
     except httpx.HTTPError:
         return [base_url]  # unreachable: the end event's own retries and warning deal with it; ask again next time
     workers = None

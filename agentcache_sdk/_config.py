@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
+DEFAULT_EXIT_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -14,6 +15,7 @@ class Settings:
     base_url: str = DEFAULT_BASE_URL  # the SGLang server (or router) with the agentcache plugin
     api_key: str | None = None  # the server's --api-key, for the control routes
     end_timeout_s: float = 10.0  # per attempt; end events are sent in the background
+    exit_timeout_s: float = DEFAULT_EXIT_TIMEOUT_S  # the longest the app's exit waits for pending end events
 
     def origin(self) -> tuple[str, str, int]:
         parts = urlsplit(self.base_url)
@@ -31,13 +33,22 @@ def _from_env() -> Settings:
     base = os.environ.get("AGENTCACHE_BASE_URL", DEFAULT_BASE_URL).rstrip("/")
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
-    return Settings(base_url=base, api_key=os.environ.get("AGENTCACHE_API_KEY"))
+    return Settings(
+        base_url=base,
+        api_key=os.environ.get("AGENTCACHE_API_KEY"),
+        exit_timeout_s=float(os.environ.get("AGENTCACHE_EXIT_TIMEOUT_S", DEFAULT_EXIT_TIMEOUT_S)),
+    )
 
 
 settings = _from_env()
 
 
-def configure(base_url: str | None = None, api_key: str | None = None, end_timeout_s: float | None = None) -> Settings:
+def configure(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    end_timeout_s: float | None = None,
+    exit_timeout_s: float | None = None,
+) -> Settings:
     """Point the SDK at the agentcache server. `base_url` may include the OpenAI `/v1` suffix."""
     if base_url is not None:
         base = base_url.rstrip("/")
@@ -46,4 +57,6 @@ def configure(base_url: str | None = None, api_key: str | None = None, end_timeo
         settings.api_key = api_key
     if end_timeout_s is not None:
         settings.end_timeout_s = end_timeout_s
+    if exit_timeout_s is not None:
+        settings.exit_timeout_s = exit_timeout_s
     return settings

@@ -42,17 +42,19 @@ def tags_for(path: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(messages, list):
             return None
         agent, fixed = agent_of(messages, body.get("tools"))
-        tags: dict[str, Any] = {"v": wire.VERSION, "workflow": ctx.id, "agent": agent, "fixed_messages": fixed}
+        tags: dict[str, Any] = {"v": wire.VERSION, "agent": agent, "fixed_messages": fixed}
     else:
         text = body.get("text")
         head = text[:200] if isinstance(text, str) else str(body.get("input_ids", ""))[:200]
         agent, _ = agent_of([{"role": "user", "content": head}])
-        tags = {"v": wire.VERSION, "workflow": ctx.id, "agent": agent}
+        tags = {"v": wire.VERSION, "agent": agent}
     name = current_agent_name()
     if name:
         tags["agent_name"] = name[: wire.MAX_ID_CHARS]
-    ctx.requests += 1
-    ctx.agents[name or agent] += 1
+    workflow_id = ctx.tag_request(name or agent)  # after an end, the call's next workflow (see _workflow)
+    if workflow_id is None:
+        return None
+    tags["workflow"] = workflow_id
     return tags
 
 

@@ -2,15 +2,29 @@
 
 The current workflow lives in a context variable, so it follows the app into
 asyncio tasks and into threads started with the context copied (which is how
-LangChain and AutoGen run their work). Leaving the decorated call, normally or
-by an exception, sends the end event exactly once; an unreachable server
-never breaks the app: end events go out from a background thread with a few
-retries, and a failure is warned about once, counted, and otherwise ignored.
+LangChain and AutoGen run their work), and the SDK carries it into work
+submitted to a thread pool (`concurrent.futures` executors,
+`loop.run_in_executor`, `asyncio.to_thread`). Leaving the decorated call,
+normally or by an exception, sends the end event exactly once. A request made
+after `end_workflow()` in the same call opens the call's next workflow
+(`<id>.2`, `<id>.3`, ...), never the ended one, and leaving the call ends that
+one too; a request made after the call returned (by a task or thread it left
+running) is not tagged. A workflow that made no tagged request sends no end:
+the server never saw it.
+
+An unreachable server never breaks the app or holds up its exit: end events
+go out from a background thread with a few retries; a server that refuses the
+connection, or does not accept it within CONNECT_TIMEOUT_S, gets no retries,
+and further ends to it are dropped for UNREACHABLE_COOLDOWN_S instead of
+queued (a circuit breaker); at exit the SDK waits at most `exit_timeout_s`
+for pending ends. Failures are warned about once, counted (`stats()`), and
+otherwise ignored.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextvars
 import functools
 import inspect
@@ -38,6 +52,8 @@ _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVa
 _agent_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentcache_agent_name", default=None)
 
 END_ATTEMPTS = 3
+CONNECT_TIMEOUT_S = 1.0  # a live server accepts at once; a dead one must not cost end_timeout_s per attempt
+UNREACHABLE_COOLDOWN_S = 10.0  # short: a server back from a restart gets ends again soon
 counters: Counter[str] = Counter()
 end_observers: list[Callable[[str], None]] = []  # called with a workflow id when it ends (the recorder)
 _warned: set[str] = set()
@@ -46,6 +62,13 @@ _lock = threading.Lock()
 
 @dataclass
 class WorkflowContext:
+    """The workflow of one decorated call: its id, and the tagged requests (per agent) it made.
+
+    A request after an end opens the call's next workflow in place: `id` becomes `<first id>.2` (then
+    `.3`, ...), `ended` turns False, and `requests` and `agents` count again from zero. The threads and
+    tasks of the call share this object; the lock keeps the switch atomic.
+    """
+
     id: str
     name: str | None = None
     ended: bool = False
@@ -54,6 +77,40 @@ class WorkflowContext:
     # The credentials the workflow's requests carried: the server scopes workflows by them, so the
     # end event must carry the same ones to reach the same tenant.
     authorization: str | None = None
+    _first_id: str = field(default="", init=False, repr=False)
+    _started: int = field(default=1, init=False, repr=False)  # workflows the call has started
+    _returned: bool = field(default=False, init=False, repr=False)  # the decorated call has returned
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._first_id = self.id
+
+    def tag_request(self, agent: str) -> str | None:
+        """The workflow id to tag one more request from `agent` with, counted; None once the call returned.
+
+        The server would mark an ended workflow active again, with no end to come, so a request after
+        an end opens the next workflow instead.
+        """
+        with self._lock:
+            if self._returned:
+                return None
+            if self.ended:
+                self._started += 1
+                self.id = f"{self._first_id}.{self._started}"
+                self.ended, self.requests, self.agents = False, 0, Counter()
+                _count("workflows")
+            self.requests += 1
+            self.agents[agent] += 1
+            return self.id
+
+    def _close(self, returned: bool) -> tuple[str, int] | None:
+        """End the open workflow: (its id, its tagged requests), or None when none is open."""
+        with self._lock:
+            self._returned = self._returned or returned
+            if self.ended:
+                return None
+            self.ended = True
+            return self.id, self.requests
 
 
 def current_workflow() -> WorkflowContext | None:
@@ -77,12 +134,21 @@ def current_agent_name() -> str | None:
 
 
 _name_providers: list[Callable[[], str | None]] = []
+_start_hooks: list[Callable[[], object]] = []
 
 
-def add_agent_name_provider(provider: Callable[[], str | None]) -> None:
-    """Integrations register a function that returns the framework's current agent name (or None)."""
+def add_agent_name_provider(
+    provider: Callable[[], str | None], on_workflow_start: Callable[[], object] | None = None
+) -> None:
+    """Integrations register a function that returns the framework's current agent name (or None).
+
+    `on_workflow_start` runs whenever a workflow starts, before the app's code: an integration hooks
+    into its framework there once the app has loaded the framework (the SDK never imports one).
+    """
     if provider not in _name_providers:
         _name_providers.append(provider)
+    if on_workflow_start is not None and on_workflow_start not in _start_hooks:
+        _start_hooks.append(on_workflow_start)
 
 
 class agent_name:  # noqa: N801 - used like a function: `with agent_name("coder"): ...`
@@ -99,6 +165,11 @@ class agent_name:  # noqa: N801 - used like a function: `with agent_name("coder"
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             _agent_name.reset(self._token)
+
+
+def _count(key: str, n: int = 1) -> None:
+    with _lock:
+        counters[key] += n
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -121,24 +192,34 @@ def _headers(authorization: str | None = None) -> dict[str, str]:
 
 
 class _EndSender:
-    """Sends end events from a background thread, so leaving a workflow never waits on the server."""
+    """Sends end events from a background thread, so leaving a workflow never waits on the server.
+
+    A target that refuses the connection or does not accept it in time is unreachable: the end to it
+    is not retried, and for UNREACHABLE_COOLDOWN_S further ends to it are dropped rather than queued
+    behind attempts that cannot succeed. The first end after the cool-down tries again.
+    """
 
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[str, dict[str, str]]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._unreachable_until: dict[str, float] = {}
 
-    def submit(self, ctx: WorkflowContext) -> None:
-        if ctx.ended:
+    def submit(self, workflow_id: str, headers: dict[str, str]) -> None:
+        if self._unreachable(settings.base_url):
+            _count("dropped_ends")
             return
-        ctx.ended = True
-        for observer in list(end_observers):
-            observer(ctx.id)
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="agentcache-end-events", daemon=True)
                 self._thread.start()
-        self._queue.put((ctx.id, _headers(ctx.authorization)))
+        self._queue.put((workflow_id, headers))
+
+    def pending(self) -> int:
+        return self._queue.unfinished_tasks
+
+    def _unreachable(self, base_url: str) -> bool:
+        return time.monotonic() < self._unreachable_until.get(base_url, 0.0)
 
     def _run(self) -> None:
         with httpx.Client() as client:
@@ -151,24 +232,43 @@ class _EndSender:
 
     def _post(self, client: httpx.Client, workflow_id: str, headers: dict[str, str]) -> None:
         """Send the end to the server, or behind sglang-router to every worker (the router has no such route)."""
-        pending = end_targets(client, settings.base_url, headers)
+        if self._unreachable(settings.base_url):  # found unreachable while this end waited
+            _count("dropped_ends")
+            return
+        targets = end_targets(client, settings.base_url, headers)
+        pending = [base_url for base_url in targets if not self._unreachable(base_url)]
+        dropped = len(pending) < len(targets)
+        timeout = httpx.Timeout(settings.end_timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.end_timeout_s))
         for attempt in range(END_ATTEMPTS):
             failed = []
             for base_url in pending:
                 try:
-                    r = client.post(_end_url(base_url, workflow_id), headers=headers, timeout=settings.end_timeout_s)
+                    r = client.post(_end_url(base_url, workflow_id), headers=headers, timeout=timeout)
                     r.raise_for_status()
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    self._trip(base_url, exc)
+                    dropped = True
                 except httpx.HTTPError as exc:
                     error = exc
                     failed.append(base_url)
-            if not failed:
-                counters["ended"] += 1
-                return
             pending = failed
+            if not pending or attempt + 1 == END_ATTEMPTS:
+                break
             time.sleep(0.5 * (attempt + 1))
+        if pending:
+            _warn_once(
+                "end_failures",
+                f"agentcache: could not send the end of workflow {workflow_id} to {', '.join(pending)}: {error!r}",
+            )
+        else:
+            _count("dropped_ends" if dropped else "ended")
+
+    def _trip(self, base_url: str, error: httpx.HTTPError) -> None:
+        self._unreachable_until[base_url] = time.monotonic() + UNREACHABLE_COOLDOWN_S
         _warn_once(
-            "end_failures",
-            f"agentcache: could not send the end of workflow {workflow_id} to {', '.join(pending)}: {error!r}",
+            "unreachable",
+            f"agentcache: {base_url} is unreachable ({error!r}); end events to it are dropped for "
+            f"{UNREACHABLE_COOLDOWN_S:g} s at a time, counted in agentcache_sdk.stats()['dropped_ends']",
         )
 
     def flush(self, timeout_s: float) -> bool:
@@ -182,7 +282,51 @@ class _EndSender:
 
 
 _sender = _EndSender()
-atexit.register(lambda: _sender.flush(settings.end_timeout_s * END_ATTEMPTS))
+
+
+def _wait_at_exit() -> None:
+    """Give pending end events at most `exit_timeout_s`, so that an unreachable server never holds up the exit."""
+    if not _sender.flush(settings.exit_timeout_s):
+        _count("dropped_ends", _sender.pending())
+    if counters["dropped_ends"]:
+        logger.warning(
+            "agentcache: %d workflow end events were dropped (the server was unreachable, or did not answer within "
+            "the %g s exit wait); the server ends those workflows when their leases run out",
+            counters["dropped_ends"],
+            settings.exit_timeout_s,
+        )
+
+
+atexit.register(_wait_at_exit)
+
+
+def _end(ctx: WorkflowContext, returned: bool) -> None:
+    closed = ctx._close(returned)
+    if closed is None:
+        return
+    workflow_id, requests = closed
+    if not requests:
+        _count("empty_workflows")  # the server never saw it: nothing to end there
+        return
+    for observer in list(end_observers):
+        observer(workflow_id)
+    _sender.submit(workflow_id, _headers(ctx.authorization))
+
+
+STAT_KEYS = ("workflows", "ended", "empty_workflows", "dropped_ends", "end_failures", "unreachable")
+
+
+def stats() -> dict[str, int]:
+    """The SDK's counters since the process started.
+
+    workflows: workflows started (a request after an end starts one more); ended: end events the server
+    acknowledged; empty_workflows: workflows ended without a tagged request, so without an end event;
+    dropped_ends: end events not delivered, the server being unreachable or the exit wait over;
+    end_failures: end events the server kept failing; unreachable: times a server was found unreachable;
+    pending_ends: end events not sent yet.
+    """
+    with _lock:
+        return {**dict.fromkeys(STAT_KEYS, 0), **counters, "pending_ends": _sender.pending()}
 
 
 def flush(timeout_s: float = 10.0) -> bool:
@@ -191,11 +335,14 @@ def flush(timeout_s: float = 10.0) -> bool:
 
 
 def end_workflow() -> bool:
-    """End the current workflow now (its cache becomes the first to go). False outside a workflow."""
+    """End the current workflow now (its cache becomes the first to go). False outside a workflow.
+
+    A request made after this in the same decorated call starts the call's next workflow (`<id>.2`).
+    """
     ctx = _current.get()
     if ctx is None:
         return False
-    _sender.submit(ctx)
+    _end(ctx, returned=False)
     return True
 
 
@@ -210,7 +357,8 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
 
         with workflow(name="batch") as wf: ...
 
-    A workflow started inside another one joins it: one top-level run is one workflow.
+    A workflow started inside another one joins it: one top-level run is one workflow. After
+    `end_workflow()`, the call's next request starts its next workflow (`<id>.2`), which leaving ends.
     """
 
     def __init__(
@@ -246,13 +394,18 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
 
     def _open(self) -> WorkflowContext:
         outer = _current.get()
-        if outer is not None:
+        if outer is not None and not outer._returned:
             self._scopes.append((None, outer))
             return outer
+        for hook in list(_start_hooks):
+            try:
+                hook()
+            except Exception:  # an integration bug must not break the app
+                logger.debug("agentcache: a workflow start hook failed", exc_info=True)
         prefix = f"{self.name}-" if self.name else "wf-"
         ctx = WorkflowContext(self.workflow_id or prefix + uuid.uuid4().hex[:16], self.name)
         self._scopes.append((_current.set(ctx), ctx))
-        counters["workflows"] += 1
+        _count("workflows")
         return ctx
 
     def __enter__(self) -> WorkflowContext:
@@ -262,7 +415,7 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
         token, ctx = self._scopes.pop()
         if token is not None:
             _current.reset(token)
-            _sender.submit(ctx)
+            _end(ctx, returned=True)
 
     async def __aenter__(self) -> WorkflowContext:
         return self._open()
@@ -271,4 +424,47 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
         token, ctx = self._scopes.pop()
         if token is not None:
             _current.reset(token)
-            _sender.submit(ctx)
+            _end(ctx, returned=True)
+
+
+# ---------------------------------------------------------------- thread pools
+
+# Python 3.14's InterpreterPoolExecutor is a ThreadPoolExecutor whose tasks run in another interpreter,
+# where a closure over this one's objects cannot go.
+_INTERPRETER_POOL = getattr(concurrent.futures, "InterpreterPoolExecutor", ())
+
+
+def carry_into_thread_pools() -> None:
+    """Run work submitted to a thread pool from inside a workflow in that workflow, under the same agent name.
+
+    Executor threads do not inherit context variables. As OpenTelemetry's threading instrumentation
+    does for its context, this wraps `ThreadPoolExecutor.submit` (which `map`, `loop.run_in_executor`
+    and `asyncio.to_thread` go through), carrying only the SDK's own variables and only inside a
+    workflow. Idempotent (done when agentcache_sdk is imported).
+    """
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+    if getattr(submit, "carries_agentcache_workflow", False):
+        return
+
+    @functools.wraps(submit)
+    def submit_in_workflow(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        ctx = _current.get()
+        if ctx is not None and not isinstance(self, _INTERPRETER_POOL):
+            fn = _in_workflow(fn, ctx, _agent_name.get())
+        return submit(self, fn, *args, **kwargs)
+
+    submit_in_workflow.carries_agentcache_workflow = True  # type: ignore[attr-defined]
+    concurrent.futures.ThreadPoolExecutor.submit = submit_in_workflow  # type: ignore[method-assign]
+
+
+def _in_workflow(fn: Callable[..., Any], ctx: WorkflowContext, name: str | None) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        # Set and reset in the worker thread's own context: the thread serves other work after this task.
+        workflow_token, name_token = _current.set(ctx), _agent_name.set(name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _agent_name.reset(name_token)
+            _current.reset(workflow_token)
+
+    return run

@@ -9,5 +9,6 @@ Every integration re-exports the SDK's `workflow` after teaching the SDK how
 to read the framework's name for the agent making each LLM request (LangGraph
 node, AutoGen agent, CrewAI role), which travels beside the agent's
 fingerprint. Importing an integration never imports its framework: the name
-is read from the framework's modules only once the app has loaded them.
+is read from the framework's modules (and CrewAI's hook registered) only once
+the app has loaded them.
 """

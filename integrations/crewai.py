@@ -2,19 +2,24 @@
 
 CrewAI runs that hook inline, in the thread and context of the request about
 to be sent, so a context variable set there is what the SDK's request hook
-reads a moment later. The hook is registered when this module is imported
-(which imports CrewAI: only CrewAI apps import this module).
+reads a moment later. Importing this module never imports CrewAI: the hook is
+registered once the app has loaded CrewAI, at this import or when a workflow
+starts, so before CrewAI's first LLM call inside one (an agent copies the
+registered hooks when it first runs).
 """
 
 from __future__ import annotations
 
 import contextvars
+import sys
+import threading
 from typing import Any
 
 from agentcache_sdk import add_agent_name_provider, workflow
 
 _role: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentcache_crewai_role", default=None)
 _registered = False
+_register_lock = threading.Lock()  # workflows may start in several threads at once
 
 
 def _before_llm_call(context: Any) -> None:
@@ -29,20 +34,27 @@ def crewai_role() -> str | None:
 
 
 def register() -> bool:
-    """Register the hook with CrewAI (idempotent); False when CrewAI is not installed."""
+    """Register the hook with CrewAI, importing it (idempotent); False when CrewAI is not installed."""
     global _registered
-    if _registered:
+    with _register_lock:
+        if _registered:
+            return True
+        try:
+            from crewai.hooks import register_before_llm_call_hook
+        except ImportError:
+            return False
+        register_before_llm_call_hook(_before_llm_call)
+        _registered = True
         return True
-    try:
-        from crewai.hooks import register_before_llm_call_hook
-    except ImportError:
-        return False
-    register_before_llm_call_hook(_before_llm_call)
-    _registered = True
-    return True
 
 
-add_agent_name_provider(crewai_role)
-register()
+def _register_if_loaded() -> None:
+    """Register the hook once the app has imported CrewAI (never imports it)."""
+    if not _registered and "crewai" in sys.modules:
+        register()
+
+
+add_agent_name_provider(crewai_role, on_workflow_start=_register_if_loaded)
+_register_if_loaded()
 
 __all__ = ["crewai_role", "register", "workflow"]

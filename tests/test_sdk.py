@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import openai
 import pytest
+from conftest import free_port
 
 import agentcache_sdk as ac
 from agentcache.trace import read_trace
+from agentcache_sdk import _workflow
 from agentcache_sdk._tags import agent_of
 
 
 class Recording(ThreadingHTTPServer):
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, port: int = 0):
+        super().__init__(("127.0.0.1", port), _Handler)
         self.requests: list[tuple[str, dict, dict]] = []
         self.down = False
+        self.workers: list[str] | None = None  # set: answers `GET /workers` like sglang-router with these workers
 
     @property
     def url(self) -> str:
@@ -30,6 +41,20 @@ class Recording(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # noqa: ANN002
         pass
+
+    def do_GET(self):  # noqa: N802
+        server: Recording = self.server  # type: ignore[assignment]
+        if self.path != "/workers" or server.workers is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        workers = [{"url": url, "is_healthy": True} for url in server.workers]
+        data = json.dumps({"workers": workers, "total": len(workers), "stats": {}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self):  # noqa: N802
         server: Recording = self.server  # type: ignore[assignment]
@@ -200,8 +225,8 @@ def test_an_unreachable_server_never_breaks_the_app(fake, caplog):
     fake.down = True
     before = ac.counters["end_failures"]
     for _ in range(2):
-        with ac.workflow():
-            pass
+        with ac.workflow(), httpx.Client() as client:
+            client.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
     assert ac.flush(30)
     assert ac.counters["end_failures"] == before + 2
     fake.down = False
@@ -224,3 +249,270 @@ def test_recorder_writes_a_replayable_trace(fake, tmp_path):
     first, second = requests[0], requests[1]
     assert first.fixed == 1 and second.segments[: len(first.segments)] == first.segments
     assert second.segments[len(first.segments)].content_id == first.output_id, "the reply comes back as the output"
+
+
+def workflow_of(body: dict) -> str | None:
+    return (body.get("custom_params") or {}).get("agentcache", {}).get("workflow")
+
+
+def test_thread_pool_calls_carry_the_workflow_and_the_agent_name(fake):
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+
+    def ask(what):
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": str(what)}])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        with ac.workflow() as wf, ac.agent_name("coder"):
+            for future in [pool.submit(ask, i) for i in range(2)]:
+                future.result()
+            list(pool.map(ask, range(2, 4)))
+        pool.submit(ask, "after").result()  # the same worker threads, outside the workflow
+    tags = {body["messages"][1]["content"]: body.get("custom_params", {}).get("agentcache") for body, _ in chats(fake)}
+    assert [(tags[str(i)] or {}).get("workflow") for i in range(4)] == [wf.id] * 4, "4 of 4 tagged"
+    assert {tags[str(i)]["agent_name"] for i in range(4)} == {"coder"}
+    assert tags["after"] is None, "a worker thread does not keep the workflow after the task"
+    assert ends(fake) == [wf.id]
+
+
+def test_run_in_executor_and_to_thread_carry_the_workflow(fake):
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+
+    def ask(how):
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": how}])
+
+    async def main():
+        async with ac.workflow() as wf:
+            await asyncio.get_running_loop().run_in_executor(None, ask, "run_in_executor")
+            await asyncio.to_thread(ask, "to_thread")
+        return wf.id
+
+    wid = asyncio.run(main())
+    assert {body["messages"][1]["content"]: workflow_of(body) for body, _ in chats(fake)} == {
+        "run_in_executor": wid,
+        "to_thread": wid,
+    }
+
+
+def test_a_request_after_end_workflow_opens_a_new_workflow_and_leaving_ends_it(fake):
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+
+    @ac.workflow
+    def run():
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "before"}])
+        first = ac.current_workflow().id
+        ac.end_workflow()
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "after"}])
+        return first
+
+    first = run()
+    ids = [workflow_of(body) for body, _ in chats(fake)]
+    assert ids == [first, f"{first}.2"], "the ended workflow is never revived"
+    assert sorted(ends(fake)) == sorted(ids), "one end per workflow, the new one's when leaving the call"
+    for wid in ids:
+        end_at = next(i for i, (path, _, _) in enumerate(fake.requests) if path.endswith(f"/{wid}/end"))
+        assert wid not in [workflow_of(body) for _, body, _ in fake.requests[end_at:]], "no request after its end"
+
+
+def test_threads_sharing_an_ended_workflow_open_exactly_one_new_one(fake):
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    before = ac.stats()
+    all_at_once = threading.Barrier(8)
+
+    def ask(i):
+        all_at_once.wait()
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": str(i)}])
+
+    with ThreadPoolExecutor(max_workers=8) as pool, ac.workflow() as wf:
+        first = wf.id
+        ac.end_workflow()
+        list(pool.map(ask, range(8)))
+    assert {workflow_of(body) for body, _ in chats(fake)} == {f"{first}.2"}
+    assert ends(fake) == [f"{first}.2"], "the first workflow made no request: the server never saw it, no end"
+    after = ac.stats()
+    assert after["workflows"] - before["workflows"] == 2 and after["empty_workflows"] - before["empty_workflows"] == 1
+
+
+def test_a_task_left_running_after_the_call_returned_is_in_no_workflow_until_it_starts_one(fake):
+    client = openai.AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="x")
+
+    async def ask(what):
+        await client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": what}])
+
+    async def main():
+        release = asyncio.Event()
+
+        @ac.workflow
+        async def its_own():
+            await ask("its own")
+            return ac.current_workflow().id
+
+        async def left_running():
+            await release.wait()
+            await ask("late")
+            return await its_own()
+
+        @ac.workflow
+        async def run():
+            await ask("inside")
+            return asyncio.create_task(left_running()), ac.current_workflow().id
+
+        task, wid = await run()
+        release.set()
+        return wid, await task
+
+    wid, own = asyncio.run(main())
+    assert own != wid
+    assert {body["messages"][1]["content"]: workflow_of(body) for body, _ in chats(fake)} == {
+        "inside": wid,
+        "late": None,
+        "its own": own,
+    }
+    assert sorted(ends(fake)) == sorted([wid, own])
+
+
+def test_a_workflow_without_a_tagged_request_sends_no_end(fake):
+    before = ac.stats()
+    with ac.workflow():
+        pass
+    assert ends(fake) == []
+    after = ac.stats()
+    assert after["workflows"] - before["workflows"] == 1 and after["empty_workflows"] - before["empty_workflows"] == 1
+
+
+def test_ends_to_an_unreachable_worker_are_dropped_at_once_until_the_cool_down_is_over(fake, monkeypatch):
+    monkeypatch.setattr(_workflow, "UNREACHABLE_COOLDOWN_S", 0.5)
+    monkeypatch.setattr(_workflow, "counters", Counter())  # the test process's exit warns of no dropped end
+    worker_port = free_port()
+    fake.workers = [f"http://127.0.0.1:{worker_port}"]  # behind a router, the end goes to a worker: nobody listens
+    started = time.monotonic()
+    with httpx.Client() as client:
+        for _ in range(5):
+            with ac.workflow():
+                client.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
+        assert ac.flush(5) and time.monotonic() - started < 2, "no retries and no back-off for a refused connection"
+        stats = ac.stats()
+        assert stats["dropped_ends"] == 5 and stats["ended"] == 0 and stats["unreachable"] >= 1
+
+        worker = Recording(worker_port)
+        threading.Thread(target=worker.serve_forever, daemon=True).start()
+        try:
+            time.sleep(0.6)  # the cool-down is over: the next end tries the worker again
+            with ac.workflow() as wf:
+                client.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
+            assert ends(worker) == [wf.id]
+        finally:
+            worker.shutdown()
+
+
+EXIT_SCRIPT = """
+import json, sys, time
+import httpx
+import agentcache_sdk as ac
+
+base_url, llm_url, exit_timeout_s = sys.argv[1:]
+ac.configure(base_url=base_url)
+if exit_timeout_s:
+    ac.configure(exit_timeout_s=float(exit_timeout_s))
+for i in range(20):
+    with ac.workflow():
+        if llm_url:
+            try:
+                httpx.post(f"{llm_url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": str(i)}]})
+            except httpx.ConnectError:
+                pass
+print(json.dumps({"done_at": time.time(), **ac.stats()}), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    ["refusing server", "refusing worker", "black-hole worker", "black-hole worker, env", "empty workflows"],
+)
+def test_an_unreachable_server_never_holds_up_the_exit(fake, scenario):
+    """20 workflows; their ends cannot be delivered: the process ends within the exit wait (the old SDK took 10-30 s)."""
+    closed = f"http://127.0.0.1:{free_port()}"
+    black_hole = socket.socket()  # accepts connections (the kernel does) and never answers
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(64)
+    base_url, llm_url, exit_timeout_s, env = fake.url, fake.url, "", dict(os.environ)
+    if scenario == "refusing server":
+        base_url = llm_url = closed  # the app's requests fail too, and it carries on
+    elif scenario == "refusing worker":
+        fake.workers = [closed]
+    elif scenario.startswith("black-hole worker"):
+        fake.workers = [f"http://127.0.0.1:{black_hole.getsockname()[1]}"]
+        if scenario.endswith("env"):
+            env["AGENTCACHE_EXIT_TIMEOUT_S"] = "0.5"
+        else:
+            exit_timeout_s = "0.5"
+    else:  # the issue's report: nothing tagged, so the server never saw these workflows
+        base_url, llm_url = closed, ""
+    started = time.time()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_SCRIPT, base_url, llm_url, exit_timeout_s],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    finally:
+        black_hole.close()
+    exited = time.time()
+    assert done.returncode == 0, done.stderr[-3000:]
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    assert stats["workflows"] == 20
+    wait = 0.5 if scenario.startswith("black-hole") else 2.0
+    assert exited - stats["done_at"] < wait + 1.0, f"exit took {exited - stats['done_at']:.1f} s after the last line"
+    assert exited - started < 6
+    if scenario == "empty workflows":
+        assert stats["empty_workflows"] == 20 and "dropped" not in done.stderr
+    else:
+        assert "agentcache: 20 workflow end events were dropped" in done.stderr, done.stderr[-3000:]
+
+
+CREWAI_SCRIPT = """
+import sys
+
+import agentcache_sdk as ac
+from agentcache.integrations.crewai import workflow
+
+assert "crewai" not in sys.modules, "importing the integration imported CrewAI"
+from crewai import LLM, Agent, Crew, Task
+
+ac.configure(base_url=sys.argv[1])
+llm = LLM(model="openai/default", base_url=sys.argv[1] + "/v1", api_key="x", max_tokens=8)
+writer = Agent(
+    role="Technical Writer", goal="Write.", backstory="You write.", llm=llm, max_iter=1, max_retry_limit=0,
+    allow_delegation=False,
+)
+crew = Crew(agents=[writer], tasks=[Task(description="Write a post.", expected_output="Plain text.", agent=writer)])
+
+
+@workflow
+def solve():
+    crew.kickoff()
+
+
+solve()
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("crewai") is None, reason="needs CrewAI (the crewai extra)")
+def test_the_crewai_integration_imports_crewai_only_through_the_app_and_still_names_agents(fake, tmp_path):
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "CREWAI_STORAGE_DIR": str(tmp_path / "storage"),
+        "CREWAI_DISABLE_TELEMETRY": "true",
+        "CREWAI_DISABLE_TRACKING": "true",
+        "OTEL_SDK_DISABLED": "true",
+        "CREWAI_DISABLE_VERSION_CHECK": "true",
+        "CREWAI_TRACING_ENABLED": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CREWAI_SCRIPT, fake.url], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ((body, _),) = chats(fake)
+    assert body["custom_params"]["agentcache"]["agent_name"] == "Technical Writer", "the role, from CrewAI's hook"
