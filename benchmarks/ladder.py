@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import time
 
 from rich.console import Console
 from rich.progress import Progress
-from suite import DOCS, suite
+from suite import DOCS, suite, write_between_markers
 
 from agentcache.replay.report import plot_timeline
 from agentcache.replay.runner import PreparedTrace, ReplayResult, fill_gap_closed, replay_policy
@@ -93,7 +92,6 @@ def markdown(runs, command: str) -> str:
 
 
 README = DOCS.parent / "README.md"
-README_TABLE = re.compile(r"(<!-- ladder:begin -->\n).*?(<!-- ladder:end -->)", re.S)
 
 
 def readme_table(rows: list[dict]) -> str:
@@ -116,10 +114,7 @@ def readme_table(rows: list[dict]) -> str:
 
 def write_readme_table() -> None:
     rows = json.loads((DOCS / "benchmarks.json").read_text())
-    text = README.read_text()
-    if not README_TABLE.search(text):
-        raise SystemExit(f"{README}: no <!-- ladder:begin --> / <!-- ladder:end --> markers to write the table between")
-    README.write_text(README_TABLE.sub(lambda m: m.group(1) + readme_table(rows) + m.group(2), text))
+    write_between_markers(README, "ladder", readme_table(rows))
 
 
 def main() -> None:

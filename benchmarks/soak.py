@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 
 from rich.console import Console
-from suite import DOCS, mean_prompt
+from suite import DOCS, mean_prompt, write_between_markers
 
 from agentcache.policy import WorkflowRegistry, tags_of
 from agentcache.policy.base import MAX_TRACKED_AGENTS, MAX_WORKFLOWS_PER_NODE
@@ -142,8 +142,12 @@ def adversarial(console: Console) -> list[dict]:
 
 def bounds_section() -> list[str]:
     """The limits on the policy's state and work, read from the code that enforces them."""
-    from agentcache.server_ext.cache import PREDICTOR_BUDGET_MS
+    from agentcache.server_ext.cache import MAX_PENDING_REQUESTS, PREDICTOR_BUDGET_MS
     from agentcache.server_ext.config import DEFAULT_LEASE_S
+    from agentcache.server_ext.http import RenderedPrefixes
+    from agentcache.server_ext.records import MAX_AGENTS_PER_RECORD, MAX_RECORD_BYTES, MAX_RECORDS, MAX_TENANTS
+
+    prefixes = RenderedPrefixes()
 
     registry, markov = WorkflowRegistry(), MarkovPredictor()
     return [
@@ -162,7 +166,12 @@ def bounds_section() -> list[str]:
         f"- timing: gap models for at most {MAX_GAP_MODELS:,} agents, {PER_AGENT_GAPS} gaps each; fixed prompts"
         f" remembered for prefetching: at most {MAX_TRACKED_AGENTS:,} agents;",
         f"- in the server, a forecast slower than {PREDICTOR_BUDGET_MS:.0f} ms is replaced by the fallback's"
-        " (when TP = 1: ranks must agree).",
+        " (when TP = 1: ranks must agree);",
+        f"- in the HTTP process, rendered fixed prompts: at most {prefixes.max_entries:,} and {prefixes.max_tokens:,}"
+        f" tokens in all (8 bytes each), none longer than {prefixes.max_tokens_each:,} tokens kept;",
+        f"- in the scheduler, requests awaiting release: at most {MAX_PENDING_REQUESTS:,}; workflow records for the"
+        f" statistics: the {MAX_RECORDS:,} most recent, about {MAX_RECORD_BYTES >> 20} MB in all, each naming at most"
+        f" {MAX_AGENTS_PER_RECORD} agents; per-tenant counters: the {MAX_TENANTS:,} most recently active tenants.",
         "",
     ]
 
@@ -174,8 +183,6 @@ def main() -> None:
     hostile = adversarial(console)
     s = soaked[0]
     lines = [
-        "# Reliability: bounded state over 10,000 workflows, and hostile tags",
-        "",
         "Command: `python benchmarks/soak.py`.",
         "",
         f"## Soak: {SOAK_WORKFLOWS:,} code-retry workflows, a fifth never ended (lease 60 s), pbkv, capacity {s['capacity']} tokens",
@@ -216,7 +223,7 @@ def main() -> None:
         "",
         *bounds_section(),
     ]
-    (DOCS / "reliability.md").write_text("\n".join(lines))
+    write_between_markers(DOCS / "reliability.md", "soak", "\n".join(lines))
     (DOCS / "reliability.json").write_text(json.dumps({"soak": soaked, "adversarial": hostile}, indent=1))
     console.print(f"wrote docs/reliability.md in {time.time() - started:.0f} s")
 

@@ -8,6 +8,7 @@ roomy). The real traces use the capacities their README calls interesting.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,3 +58,17 @@ def suite(only: list[str] | None = None) -> Iterator[SuiteTrace]:
         if only and name not in only:
             continue
         yield SuiteTrace(name, read_trace(REAL_TRACES / f"{name}.jsonl"), capacities, False, True)
+
+
+def write_between_markers(path: Path, name: str, text: str) -> None:
+    """Replace what lies between `<!-- name:begin -->` and `<!-- name:end -->` in `path` (a benchmark's part of
+    a page others write too); the markers are added at the end of the page when missing."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    page = path.read_text() if path.exists() else ""
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if pattern.search(page):
+        page = pattern.sub(lambda _: block, page)
+    else:
+        page = page.rstrip() + ("\n\n" if page else "") + block + "\n"
+    path.write_text(page)

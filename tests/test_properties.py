@@ -8,12 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentcache import wire
+from agentcache import tags as wire
 from agentcache.cost import DEFAULT_COST
-from agentcache.policy import ONLINE_POLICIES, NodeClass, RequestTags, WorkflowRegistry, make_policy, prefetch, tags_of
+from agentcache.policy import OURS, NodeClass, PolicySpec, WorkflowRegistry, make_policy, prefetch, tags_of
 from agentcache.replay.engine import ReplayCache
-from agentcache.replay.runner import prefetch_step, split_prefetch
+from agentcache.replay.runner import prefetch_step
 from agentcache.replay.tokens import TokenCodec
+from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import End, Request, Segment
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -65,24 +66,25 @@ def check(cache: ReplayCache) -> None:
         assert isinstance(priority, tuple) and priority == priority  # no NaN
 
 
-@pytest.mark.parametrize("name", [*ONLINE_POLICIES, "pbkv+prefetch", "pbkv+warmup"])
+@pytest.mark.parametrize("name", [*(p for p in OURS if p != "belady"), "pbkv+prefetch", "pbkv+warmup"])
 @SETTINGS
 @given(ops=st.lists(operation, min_size=1, max_size=30), capacity=st.integers(80, 400))
 def test_random_sequences_keep_the_cache_consistent(name, ops, capacity):
     graph = {"a": ["b", "c"], "b": ["c"], "c": ["a"]}
-    base, mode = split_prefetch(name)
-    policy = make_policy(base, registry=WorkflowRegistry(lease_s=10), call_graph=graph)
+    spec = PolicySpec.parse(name)
+    mode = spec.prefetch
+    policy = make_policy(spec, registry=WorkflowRegistry(lease_s=10), call_graph=graph)
     cache = ReplayCache(capacity, policy, host_capacity=2 * capacity if mode == prefetch.CONSERVATIVE else 0)
     codec = TokenCodec()
     for i, event in enumerate(events_of(ops)):
         if isinstance(event, End):
-            policy.on_end(event.workflow, event.ts)
+            policy.on_end(WorkflowKey("", event.workflow), event.ts)
             continue
         if mode is not None:
             prefetch_step(cache, policy, mode, 1.0, event.ts, DEFAULT_COST)
             check(cache)
         enc = codec.encode(event, i)
-        tags = RequestTags(event.workflow, event.agent, enc.fixed_len)
+        tags = Tags(workflow=event.workflow, agent=event.agent, fixed_tokens=enc.fixed_len)
         policy.on_request(tags, event.ts)
         result = cache.serve(enc, tags, event.ts)
         assert 0 <= result.hit_tokens <= max(0, enc.prompt_len - 1)
@@ -98,10 +100,10 @@ def test_an_ended_workflows_private_nodes_are_retired_and_go_first(ops):
     codec = TokenCodec()
     for i, event in enumerate(events_of(ops)):
         if isinstance(event, End):
-            policy.on_end(event.workflow, event.ts)
+            policy.on_end(WorkflowKey("", event.workflow), event.ts)
             continue
         enc = codec.encode(event, i)
-        tags = RequestTags(event.workflow, event.agent, enc.fixed_len)
+        tags = Tags(workflow=event.workflow, agent=event.agent, fixed_tokens=enc.fixed_len)
         policy.on_request(tags, event.ts)
         cache.serve(enc, tags, event.ts)
     stack = list(cache.cache.tree_core.root_node.children.values())
@@ -144,3 +146,97 @@ def test_the_tag_parser_accepts_or_refuses_with_a_reason_never_anything_else(obj
         isinstance(tags.workflow, str) and 0 < len(tags.workflow) <= wire.MAX_ID_CHARS and tags.workflow.isprintable()
     )
     assert wire.parse(tags.to_wire()) == tags
+
+
+# ---------------------------------------------------------------- tag intake in the HTTP process
+
+INTAKE_REASONS = {
+    "not_an_object",
+    "bad_version",
+    "nested",
+    "bad_workflow",
+    "bad_agent",
+    "bad_agent_name",
+    "bad_fixed_messages",
+    "bad_fixed_tokens",
+    "bad_fixed_chars",
+    "bad_header",
+}
+
+
+def nested(depth: int, leaf: str = "1") -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+json_ish = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=12,
+)
+headers = st.one_of(
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), max_size=300),  # any latin-1 header text
+    st.builds(nested, st.integers(0, 5000)),
+    st.builds(lambda n: '{"a":' * n + "1" + "}" * n, st.integers(0, 5000)),
+    st.builds(lambda obj: __import__("json").dumps(obj), json_ish),
+    st.builds(lambda n: '"' + "x" * n + '"', st.integers(0, 100_000)),
+)
+
+
+def starlette_request(header: str | None, authorization: str = "") -> object:
+    from starlette.requests import Request as StarletteRequest
+
+    raw = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
+    if header is not None:
+        raw.append((wire.HEADER.encode(), header.encode("latin-1")))
+    return StarletteRequest({"type": "http", "method": "POST", "path": "/generate", "headers": raw})
+
+
+def assert_intake_outcome(params: dict, tenant: str) -> None:
+    """What the scheduler finds is always made by the HTTP process: accepted tags, or a marker with a reason."""
+    found = wire.find(params.get("custom_params"))
+    if found is None:
+        return
+    assert isinstance(found, dict) and found["tenant"] == tenant
+    if "invalid" in found:
+        assert found["invalid"] in INTAKE_REASONS and set(found) == {"invalid", "tenant"}
+    elif found.get("untagged"):
+        assert set(found) == {"untagged", "tenant"}
+    else:
+        assert isinstance(found["ts"], float)
+        wire.parse({k: v for k, v in found.items() if k not in ("ts", "tenant")})
+    for value in found.values():  # SGLang's msgpack IPC carries one flat level of scalars
+        assert not isinstance(value, (dict, list, tuple))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(headers, st.sampled_from(["", "Bearer k1"]))
+def test_any_tag_header_is_accepted_or_refused_with_a_reason_never_an_error(header, authorization):
+    from agentcache.server_ext.http import accept_tags, tenant_of_request
+
+    request = starlette_request(header, authorization)
+    params: dict = {"max_new_tokens": 1}
+    accept_tags(params, request, None, None, [1, 2, 3])
+    assert_intake_outcome(params, tenant_of_request(request))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(json_ish, tag_objects, st.builds(lambda d: {"invalid": d, "tenant": "victim"}, st.text(max_size=30))))
+def test_any_tag_object_in_the_body_is_accepted_or_refused_with_a_reason_never_an_error(obj):
+    from agentcache.server_ext.http import accept_tags, tenant_of_request
+
+    request = starlette_request(None, "Bearer k2")
+    params = {"custom_params": {"agentcache": obj}}
+    accept_tags(params, request, None, None, [1, 2, 3])
+    assert_intake_outcome(params, tenant_of_request(request))
+
+
+def test_rendered_prefixes_stay_within_their_bounds_whatever_is_rendered():
+    from agentcache.server_ext.http import RenderedPrefixes
+
+    cache = RenderedPrefixes(max_entries=8, max_tokens=10_000, max_tokens_each=4_000)
+    for i in range(200):
+        cache.put(f"k{i}", list(range(i * 97 % 6_000)))
+        assert len(cache) <= 8 and cache.tokens <= 10_000
+        assert cache.tokens == sum(len(cache.get(k) or ()) for k in list(cache._ids))
+    cache.put("huge", list(range(4_001)))
+    assert cache.get("huge") is None, "a prefix longer than max_tokens_each is never kept"
