@@ -18,6 +18,7 @@ from agentcache.predictor.cli import register as add_predictor_commands
 
 console = Console(stderr=True)
 DEFAULT_PREDICTOR = "markov-n:3"  # pbkv's own default forecaster
+REPLAY_POLICIES = "lru,lifecycle,kvflow,cachescout,pbkv,belady"
 
 
 class UsageError(Exception):
@@ -102,8 +103,9 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capacity", required=True, help="KV capacity in tokens; several comma-separated")
     p.add_argument(
         "--policy",
-        default="lru,lifecycle,kvflow,cachescout,pbkv,belady",
-        help="comma-separated policies: ours and SGLang's built-ins (default %(default)s)",
+        default=REPLAY_POLICIES,
+        help="comma-separated policies: ours and SGLang's built-ins (default %(default)s; kvflow is skipped on a"
+        " trace without a call graph)",
     )
     p.add_argument(
         "--lease",
@@ -116,8 +118,8 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--predictor",
-        default=DEFAULT_PREDICTOR,
-        help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt (default %(default)s)",
+        help=f"pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt (default: each policy's own; pbkv's"
+        f" is {DEFAULT_PREDICTOR})",
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
     p.add_argument("--instances", type=int, default=1, help="replay N instances that split --capacity (default 1)")
@@ -142,7 +144,8 @@ def _parse_capacities(text: str) -> list[int]:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from agentcache.policy import PolicyConfigError
+    from agentcache.policy import PolicyConfigError, parse_policies
+    from agentcache.predictor import PredictorSpec
     from agentcache.replay.report import plot_timeline, print_table
     from agentcache.trace import TraceError, read_trace
 
@@ -155,26 +158,31 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--host-capacity must be >= 0 tokens, got {args.host_capacity}")
     if not 0.0 <= args.noise <= 1.0:
         raise UsageError(f"--noise must be in [0, 1], got {args.noise}")
-    from agentcache.predictor import load_predictor
-
-    spec = f"noise:{args.noise}:{args.predictor}" if args.noise > 0 else args.predictor
-    default = spec == DEFAULT_PREDICTOR  # each policy keeps its own forecaster (pbkv-paper: Markov-1)
-    try:
-        load_predictor(spec, trace.meta)  # fail now, clearly, not in the middle of a replay
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"--predictor: {exc}") from None
-    from agentcache.replay.runner import parse_policies, replay  # imports SGLang (~15 s)
-
     try:
         policies = parse_policies(args.policy)
     except PolicyConfigError as exc:
         raise UsageError(str(exc)) from None
+    if not trace.meta.call_graph and any(p.name == "kvflow" for p in policies):
+        if args.policy != REPLAY_POLICIES:
+            raise UsageError(f"kvflow needs a static call graph, and {args.trace} has none (its meta call_graph)")
+        console.print(f"[dim]kvflow skipped: {args.trace} has no call graph (kvflow needs one)[/dim]")
+        policies = [p for p in policies if p.name != "kvflow"]
+    predictor_text = args.predictor or DEFAULT_PREDICTOR
+    try:
+        spec = PredictorSpec.parse(f"noise:{args.noise}:{predictor_text}" if args.noise > 0 else predictor_text)
+        spec.build(trace.meta.call_graph)  # fail now, clearly, not in the middle of a replay
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--predictor: {exc}") from None
+    # Without --predictor (and noise) each policy keeps its own forecaster (pbkv-paper: Markov-1).
+    own = args.predictor is None and args.noise == 0
+
+    def predictor_factory():  # noqa: ANN202
+        return None if own else spec.build(trace.meta.call_graph)
+
+    from agentcache.replay.runner import replay  # imports SGLang (~15 s)
+
     total = len(trace.requests) * len(policies) * len(capacities)
-    options = {
-        "host_capacity": args.host_capacity,
-        "lease_s": args.lease,
-        "predictor_factory": lambda: None if default else load_predictor(spec, trace.meta),
-    }
+    options = {"host_capacity": args.host_capacity, "lease_s": args.lease, "predictor_factory": predictor_factory}
     if args.instances < 1:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
     if args.instances > 1:
@@ -208,7 +216,7 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
     prepared = PreparedTrace(trace)
     try:
         runs = [
-            {"policy": policy, "capacity": capacity, "instances": args.instances, **run}
+            {"capacity": capacity, "instances": args.instances, **run}
             for capacity in capacities
             for policy in policies
             for run in replay_cluster(
@@ -408,6 +416,142 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- bench
+
+BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "code-retry", 10, 7  # the default workload: minutes on 2 cores
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from agentcache.server_ext.model import SIZES
+
+    p = sub.add_parser(
+        "bench",
+        help="live benchmark: a workload as real requests against the bundled server, per policy, measured fairly",
+        description="Drive a trace (or a small generated workload) as real concurrent requests against a fresh "
+        "bundled server per policy and repetition (warmed up; policies in alternating order), SGLang's own "
+        "strategies on plain SGLang (--radix-eviction-policy), agentcache's on the plugin; report medians with "
+        "min-max of time to first token, latency, completion time, prompt tokens computed and hit rate.",
+    )
+    p.add_argument(
+        "trace", nargs="?", help=f"trace file (default: {BENCH_WORKFLOWS} generated {BENCH_FAMILY} workflows)"
+    )
+    p.add_argument("--policy", default="lru,lfu,slru,pbkv", help="comma-separated (default %(default)s)")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
+    p.add_argument("--workflows", type=int, help="use the trace's first N workflows (default: all)")
+    p.add_argument("--capacity", type=int, help="server KV capacity in tokens (default: 4x the mean prompt)")
+    p.add_argument(
+        "--token-scale", type=float, default=0.35, help="scale segment sizes; CPU prefill is slow (default %(default)s)"
+    )
+    p.add_argument("--time-scale", type=float, default=0.25, help="scale the trace's send times (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=4, help="cap on tokens generated per request (default 4)")
+    p.add_argument("--model-path", help="model to serve (default: a random-weight model made locally)")
+    p.add_argument("--model-size", choices=sorted(SIZES), default="small", help="(default %(default)s)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", dest="cpu", action="store_true", default=None, help="CPU mode (default without a GPU)")
+    mode.add_argument("--gpu", dest="cpu", action="store_false", help="GPU mode")
+    p.add_argument("--port", type=int, default=30300)
+    p.add_argument("--log-dir", help="write each server's log here (default: a new temporary folder)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the distributions of time to first token and latency")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="end with one JSON line: per policy hit_rate, computed_prompt_tokens, runs, and ttft_s, latency_s, "
+        "makespan_s as {median, min, max}",
+    )
+    p.set_defaults(run=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from agentcache.bench import BenchError, BenchOptions, bench_trace, comparisons, first_workflows, plot, summarize
+    from agentcache.policy import PolicyConfigError, parse_policies
+    from agentcache.trace import TraceError, read_trace
+    from agentcache.workloads import GenConfig, generate
+
+    try:
+        policies = parse_policies(args.policy)
+    except PolicyConfigError as exc:
+        raise UsageError(f"--policy: {exc}") from None
+    for spec in policies:
+        if not spec.online or spec.prefetch:
+            raise UsageError(
+                f"--policy: {spec.text} cannot run live (offline references and prefetch variants are replay-only)"
+            )
+    if args.repeat < 3:
+        raise UsageError(f"--repeat must be >= 3 (medians need repetitions), got {args.repeat}")
+    for name in ("token_scale", "time_scale"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+    if args.workflows is not None and args.workflows < 1:
+        raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
+    if args.trace:
+        try:
+            trace = read_trace(args.trace)
+        except (TraceError, OSError) as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        trace = generate(BENCH_FAMILY, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))
+    trace = first_workflows(trace, args.workflows)
+    if not trace.requests:
+        raise UsageError(f"{args.trace}: no requests to send")
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-bench-")
+    console.print(f"[dim]server logs: {log_dir}[/dim]")
+    opts = BenchOptions(
+        policies=tuple(policies),
+        repeat=args.repeat,
+        capacity=args.capacity,
+        model_path=args.model_path,
+        model_size=args.model_size,
+        cpu=args.cpu,
+        port=args.port,
+        log_dir=log_dir,
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            runs, capacity = bench_trace(
+                trace,
+                opts,
+                token_scale=args.token_scale,
+                time_scale=args.time_scale,
+                max_new_tokens=args.max_new_tokens,
+                progress=progress,
+            )
+    except BenchError as exc:
+        raise UsageError(f"{exc} (server logs: {log_dir})") from None
+    summary = summarize(runs)
+    name = trace.meta.name or args.trace
+    title = (
+        f"{name}: {len(trace.requests)} requests, {args.repeat} repetitions, KV capacity {capacity} tokens "
+        "(medians, [min-max] over repetitions)"
+    )
+    table = Table(title=title)
+    for column in (
+        "policy",
+        "hit rate",
+        "prompt tokens computed",
+        "time to first token (s)",
+        "latency (s)",
+        "completion (s)",
+    ):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for policy, r in summary.items():
+        cells = [
+            f"{r[k]['median']:.2f} [{r[k]['min']:.2f}-{r[k]['max']:.2f}]" for k in ("ttft_s", "latency_s", "makespan_s")
+        ]
+        table.add_row(policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *cells)
+    Console().print(table)
+    for line in comparisons(runs):
+        Console().print(line, soft_wrap=True)
+    if args.plot:
+        plot(runs, args.plot, title=f"{name}: {len(trace.requests)} requests x {args.repeat} repetitions")
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -420,6 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay(sub)
     _add_serve(sub)
     _add_demo(sub)
+    _add_bench(sub)
     add_predictor_commands(sub)
     return parser
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from agentcache import wire
+from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, find, parse
 from agentcache_sdk._config import settings
 from agentcache_sdk._tags import agent_of
 from agentcache_sdk._workflow import current_agent_name, current_workflow
@@ -32,51 +32,50 @@ _usage_lock = threading.Lock()
 observers: list[Any] = []  # callables(sent_at, request_body, response_json, tags) after a tagged request (the recorder)
 
 
-def tags_for(path: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Wire tags for one request body inside the current workflow (None outside any, or for other routes)."""
+def tags_for(path: str, body: Mapping[str, Any]) -> Tags | None:
+    """The tags of one request body inside the current workflow (None outside any, or for other routes)."""
     ctx = current_workflow()
     if ctx is None or not path.endswith(_TAGGED_PATHS):
         return None
+    fixed_messages = None
     if path.endswith("/chat/completions"):
         messages = body.get("messages")
         if not isinstance(messages, list):
             return None
-        agent, fixed = agent_of(messages, body.get("tools"))
-        tags: dict[str, Any] = {"v": wire.VERSION, "agent": agent, "fixed_messages": fixed}
+        agent, fixed_messages = agent_of(messages, body.get("tools"))
     else:
         text = body.get("text")
         head = text[:200] if isinstance(text, str) else str(body.get("input_ids", ""))[:200]
         agent, _ = agent_of([{"role": "user", "content": head}])
-        tags = {"v": wire.VERSION, "agent": agent}
     name = current_agent_name()
-    if name:
-        tags["agent_name"] = name[: wire.MAX_ID_CHARS]
+    name = name[:MAX_ID_CHARS] if name else None
     workflow_id = ctx.tag_request(name or agent)  # after an end, the call's next workflow (see _workflow)
     if workflow_id is None:
         return None
-    tags["workflow"] = workflow_id
-    return tags
+    return Tags(workflow=workflow_id, agent=agent, agent_name=name, fixed_messages=fixed_messages)
 
 
-def _routing_headers(tags: dict[str, Any]) -> dict[str, str]:
-    return {ROUTING_HEADER: tags["workflow"], wire.HEADER: json.dumps(tags, ensure_ascii=True, separators=(",", ":"))}
+def _routing_headers(tags: Tags) -> dict[str, str]:
+    wire = json.dumps(tags.to_wire(), ensure_ascii=True, separators=(",", ":"))
+    return {ROUTING_HEADER: tags.workflow, HEADER: wire}
 
 
-def _has_tags(body: Mapping[str, Any]) -> bool:
-    custom = body.get("custom_params")
-    if wire.find(custom) is not None:
-        return True
-    params = body.get("sampling_params")
-    return isinstance(params, Mapping) and wire.find(params.get("custom_params")) is not None
+def _tags_in(body: Mapping[str, Any]) -> Any:
+    """The tag object a body already carries (put there by the app, or by the openai hook), else None."""
+    found = find(body.get("custom_params"))
+    if found is None:
+        params = body.get("sampling_params")
+        found = find(params.get("custom_params")) if isinstance(params, Mapping) else None
+    return found
 
 
-def _with_tags(path: str, body: dict[str, Any], tags: dict[str, Any]) -> dict[str, Any]:
+def _with_tags(path: str, body: dict[str, Any], tags: Tags) -> dict[str, Any]:
     """The body with tags under custom_params (top level for OpenAI routes, sampling_params for /generate)."""
     if path.endswith("/generate"):
         params = dict(body.get("sampling_params") or {})
-        params["custom_params"] = {**(params.get("custom_params") or {}), wire.KEY: tags}
+        params["custom_params"] = {**(params.get("custom_params") or {}), KEY: tags.to_wire()}
         return {**body, "sampling_params": params}
-    return {**body, "custom_params": {**(body.get("custom_params") or {}), wire.KEY: tags}}
+    return {**body, "custom_params": {**(body.get("custom_params") or {}), KEY: tags.to_wire()}}
 
 
 # ---------------------------------------------------------------- openai SDK
@@ -84,7 +83,7 @@ def _with_tags(path: str, body: dict[str, Any], tags: dict[str, Any]) -> dict[st
 
 def _tag_openai_options(client: Any, options: Any) -> None:
     body = options.json_data
-    if not isinstance(body, Mapping) or _has_tags(body):
+    if not isinstance(body, Mapping) or _tags_in(body) is not None:
         return
     if not settings.targets(str(client.base_url)):
         return
@@ -92,7 +91,7 @@ def _tag_openai_options(client: Any, options: Any) -> None:
     if tags is None:
         return
     extra = dict(options.extra_json or {})
-    extra["custom_params"] = {**(extra.get("custom_params") or body.get("custom_params") or {}), wire.KEY: tags}
+    extra["custom_params"] = {**(extra.get("custom_params") or body.get("custom_params") or {}), KEY: tags.to_wire()}
     options.extra_json = extra
     headers = dict(options.headers) if isinstance(options.headers, Mapping) else {}
     options.headers = {**headers, **_routing_headers(tags)}
@@ -123,7 +122,7 @@ def _install_openai() -> None:
 # ---------------------------------------------------------------- httpx (any other client) and observers
 
 
-def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None, dict[str, Any] | None]:
+def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None, Tags | None]:
     """(request to send, its JSON body, its tags) for a request to the agentcache server."""
     if (
         request.method != "POST"
@@ -140,9 +139,12 @@ def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None
     ctx = current_workflow()
     if ctx is not None and request.headers.get("authorization"):
         ctx.authorization = request.headers["authorization"]
-    if _has_tags(body):
-        custom = body.get("custom_params") or (body.get("sampling_params") or {}).get("custom_params")
-        return request, body, wire.find(custom)
+    carried = _tags_in(body)
+    if carried is not None:  # tagged by the openai hook (or by the app itself): read back with the one parser
+        try:
+            return request, body, parse(carried)
+        except TagError:
+            return request, body, None
     tags = tags_for(request.url.path, body)
     if tags is None:
         return request, body, None
@@ -156,7 +158,7 @@ def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None
 
 
 def _observe(
-    sent_at: float, body: dict[str, Any] | None, tags: dict[str, Any] | None, response: httpx.Response, payload: bytes
+    sent_at: float, body: dict[str, Any] | None, tags: Tags | None, response: httpx.Response, payload: bytes
 ) -> None:
     """Count the server's usage figures, and hand tagged exchanges to the observers (the recorder)."""
     if body is None or body.get("stream") or response.status_code != 200:

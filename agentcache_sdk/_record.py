@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentcache.tags import Tags
 from agentcache.trace import End, Meta, Request, Segment, TraceWriter
 from agentcache_sdk import _hooks, _workflow
 
@@ -58,14 +59,12 @@ class Recorder:
         self._last_ts = ts
         return ts
 
-    def on_request(
-        self, sent_at: float, body: Mapping[str, Any], response: Mapping[str, Any], tags: Mapping[str, Any]
-    ) -> None:
+    def on_request(self, sent_at: float, body: Mapping[str, Any], response: Mapping[str, Any], tags: Tags) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list):
             return
         segments = []
-        fixed = int(tags.get("fixed_messages") or 0)
+        fixed = tags.fixed_messages or 0
         if body.get("tools"):
             segments.append(_segment("tools", _text(body["tools"])))
             fixed += 1
@@ -77,8 +76,8 @@ class Recorder:
             self._writer.write(
                 Request(
                     ts=self._ts(sent_at),
-                    workflow=str(tags["workflow"]),
-                    agent=str(tags.get("agent_name") or tags["agent"]),
+                    workflow=tags.workflow,
+                    agent=tags.identity,
                     segments=tuple(segments),
                     fixed=min(fixed, len(segments)),
                     output=output.tokens if output else 1,

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from suite import DOCS, GENERATED, mean_prompt
 
-from agentcache.predictor import Predictor, load_predictor
+from agentcache.predictor import Predictor, PredictorSpec
 from agentcache.predictor.training import Evaluation, TrainConfig, evaluate, train_neural, warm_up
 from agentcache.trace import Trace
 from agentcache.workloads import generate
@@ -47,7 +47,9 @@ def run(families: list[str], epochs: int) -> tuple[dict[str, list[Evaluation]], 
         neural, _ = train_neural(train, HORIZON, TrainConfig(epochs=epochs))
         results[family] = []
         for spec in SPECS:
-            predictor = neural if spec == "neural" else load_predictor(spec, test.meta, horizon=HORIZON)
+            predictor = (
+                neural if spec == "neural" else PredictorSpec.parse(spec).build(test.meta.call_graph, horizon=HORIZON)
+            )
             warm_up(predictor, train)
             results[family].append(evaluate(predictor, test, spec))
         console.print(table(family, results[family]))
@@ -64,7 +66,9 @@ def replay_with(test: Trace, neural: Predictor) -> dict[str, float]:
     capacity = int(mean_prompt(test) * 4)
     out = {"capacity": capacity, "lru": replay_policy(prepared, "lru", capacity).hit_rate}
     for spec in REPLAY_SPECS:
-        predictor = neural if spec == "neural" else load_predictor(spec, test.meta, horizon=HORIZON)
+        predictor = (
+            neural if spec == "neural" else PredictorSpec.parse(spec).build(test.meta.call_graph, horizon=HORIZON)
+        )
         out[f"pbkv+{spec}"] = replay_policy(prepared, "pbkv", capacity, predictor=predictor).hit_rate
     out["belady"] = replay_policy(prepared, "belady", capacity).hit_rate
     return out

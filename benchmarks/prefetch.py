@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress
 from suite import DOCS, GENERATED, mean_prompt
 
-from agentcache.predictor import load_predictor
+from agentcache.predictor import PredictorSpec
 from agentcache.replay.runner import PreparedTrace, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, generate
 
@@ -48,7 +48,7 @@ def main() -> None:
             progress.advance(task)
             for lam in LAMBDAS:
                 for variant in VARIANTS:
-                    predictor = load_predictor(f"noise:{lam}:markov" if lam else "markov")
+                    predictor = PredictorSpec.parse(f"noise:{lam}:markov" if lam else "markov").build()
                     r = replay_policy(prepared, variant, capacity, host_capacity=host, predictor=predictor)
                     records.append({"family": family, "noise": lam, **r.to_json()})
                     progress.advance(task)

@@ -8,8 +8,10 @@ probability of `a`.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 END = "<END>"  # the workflow finished: absorbing
 START = "<START>"  # marks the beginning of a workflow's path in contexts; never predicted
@@ -17,10 +19,19 @@ START = "<START>"  # marks the beginning of a workflow's path in contexts; never
 Forecast = list[dict[str, float]]  # K rows; each maps agent (or END) -> probability, summing to 1
 
 
+logger = logging.getLogger("agentcache")
+
+
 class Predictor(ABC):
-    """Forecasts a workflow's next `horizon` agents from the agents it called so far."""
+    """Forecasts a workflow's next `horizon` agents from the agents it called so far.
+
+    Agents are the names users know (framework node, agent or role names) where the SDK sends one,
+    else prompt fingerprints: the same identity the recorder writes and call graphs use.
+    """
 
     name: str = "predictor"
+    source: str = ""  # where its knowledge comes from, for messages: "the call graph g.json", "the model m.pt"
+    learns_online: bool = True  # False: it knows a fixed set of agents (a call graph, a trained model)
 
     def __init__(self, horizon: int = 3):
         if horizon < 1:
@@ -33,3 +44,71 @@ class Predictor(ABC):
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         """Learn online that a workflow at `path` went on to `next_agent` (END when it finished)."""
+
+    def knows(self, agent: str) -> bool:
+        """Whether `agent` is one this predictor has knowledge of (seen, declared, or trained on)."""
+        return True
+
+    def known_agents(self) -> Collection[str]:
+        return ()
+
+
+class AgentCoverage:
+    """Proof that a forecaster is engaged: forecasts made, and whether it knew the agent each started from.
+
+    A forecaster with a fixed set of agents (a call graph, a trained model) that meets an agent it does
+    not know says so loudly, once per agent: a graph or model written for other names than the live
+    agents' would otherwise just forecast nothing useful, silently.
+    """
+
+    MAX_NAMES = 16  # unknown agents named in the statistics and the log
+
+    def __init__(self, forecaster: str, source: str = "", on_count: Callable[[str, str], None] | None = None):
+        self.forecaster, self.source = forecaster, source
+        self.known = self.unknown = self.new_workflow = 0
+        self.unknown_agents: list[str] = []
+        self.on_count = on_count  # (forecaster, "known" | "unknown" | "new_workflow"), e.g. for metrics
+
+    def count(self, predictor: Predictor | Any, agent: str | None) -> None:
+        """One forecast from `agent` (None: for a workflow not started yet) by `predictor`, or anything with
+        its `knows`, `known_agents`, `learns_online` and `source` (KVFlow's step graph)."""
+        if agent is None:
+            self.new_workflow += 1
+            outcome = "new_workflow"
+        elif predictor.knows(agent):
+            self.known += 1
+            outcome = "known"
+        else:
+            self.unknown += 1
+            outcome = "unknown"
+            if agent not in self.unknown_agents and len(self.unknown_agents) < self.MAX_NAMES:
+                self.unknown_agents.append(agent)
+                if not predictor.learns_online:
+                    known = sorted(predictor.known_agents())
+                    logger.warning(
+                        "agentcache: %s does not know the live agent %r: forecasts from it are uninformed. It knows"
+                        " %d agents: %s. Agents are the names the SDK sends (LangGraph nodes, AutoGen agents, CrewAI"
+                        " roles), else prompt fingerprints (a:...), as in a recorded trace",
+                        self.source or self.forecaster,
+                        agent,
+                        len(known),
+                        ", ".join(known[:20]) + (", ..." if len(known) > 20 else ""),
+                    )
+        if self.on_count is not None:
+            self.on_count(self.forecaster, outcome)
+
+    @property
+    def forecasts(self) -> int:
+        return self.known + self.unknown + self.new_workflow
+
+    def to_json(self) -> dict[str, Any]:
+        """`known_agent` / `unknown_agent`: forecasts from an agent it knew / did not know; `new_workflow`:
+        forecasts for workflows not started yet (arrivals)."""
+        return {
+            "source": self.source,
+            "forecasts": self.forecasts,
+            "known_agent": self.known,
+            "unknown_agent": self.unknown,
+            "new_workflow": self.new_workflow,
+            "unknown_agents": list(self.unknown_agents),
+        }

@@ -123,7 +123,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from agentcache.predictor import load_predictor
+    from agentcache.predictor import PredictorSpec
     from agentcache.predictor.training import evaluate, warm_up
 
     if args.horizon < 1:
@@ -133,7 +133,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         raise InputError(f"{args.trace}: no requests to forecast")
     training = _read(args.train)
     try:
-        predictor = load_predictor(args.predictor, trace.meta, horizon=args.horizon)
+        predictor = PredictorSpec.parse(args.predictor).build(trace.meta.call_graph, horizon=args.horizon)
     except ValueError as exc:
         raise InputError(f"--predictor: {exc}") from None
     warm_up(predictor, training)

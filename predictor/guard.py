@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from agentcache.predictor.base import Forecast, Predictor
+from agentcache.predictor.base import AgentCoverage, Forecast, Predictor
 from agentcache.predictor.markov import MarkovPredictor
 
 TOLERANCE = 1e-3
@@ -46,8 +46,10 @@ class GuardedPredictor(Predictor):
         self.budget_ms = budget_ms
         self.name = getattr(inner, "name", "predictor")
         self.faults: Counter[str] = Counter()  # error, invalid, overrun
+        self.coverage = AgentCoverage(self.name, inner.source or f"the online {self.name} forecaster")
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
+        self.coverage.count(self.inner, path[-1] if path else None)
         started = time.perf_counter()
         try:
             rows = self.inner.predict(path, hidden)

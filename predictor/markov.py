@@ -87,6 +87,12 @@ class MarkovPredictor(Predictor):
             oldest_key = next(k for k in self.counts if k)  # the global prior () is never forgotten
             del self.counts[oldest_key]
 
+    def knows(self, agent: str) -> bool:
+        return agent in self.outcomes
+
+    def known_agents(self) -> list[str]:
+        return [a for a in self.outcomes if a != END]
+
     def next_distribution(self, context: Sequence[str]) -> dict[str, float]:
         """P(next | context), backing off from the longest seen suffix of `context`."""
         key = tuple(context)

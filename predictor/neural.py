@@ -175,6 +175,7 @@ class NeuralPredictor(Predictor):
     """
 
     name = "neural"
+    learns_online = False
 
     def __init__(
         self,
@@ -195,6 +196,13 @@ class NeuralPredictor(Predictor):
         self.net = ForecastNet(config, transitions, len(self.outputs), horizon, hidden_dim, max_length)
         self.net.eval()
         self._nodes: torch.Tensor | None = None  # the frozen net's node embeddings, computed at the first predict
+        self.source = "the neural model"
+
+    def knows(self, agent: str) -> bool:
+        return agent in self.token_of
+
+    def known_agents(self) -> list[str]:
+        return self.agents
 
     @classmethod
     def from_paths(
@@ -308,4 +316,5 @@ class NeuralPredictor(Predictor):
             predictor.net.load_state_dict(state)
         except (KeyError, TypeError, RuntimeError) as exc:
             raise ValueError(f"{path} is a damaged neural predictor file ({exc.__class__.__name__}: {exc})") from None
+        predictor.source = f"the neural model {path}"
         return predictor

@@ -12,6 +12,7 @@ the perturbation PBKV's score sees, since the score reads s_w^(k) P_w^(k) = row_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agentcache.predictor.base import END, Forecast, Predictor
 
@@ -24,6 +25,7 @@ class NoisyPredictor(Predictor):
         self.inner = inner
         self.lam = lam
         self.name = f"noise:{lam:g}:{inner.name}"
+        self.source, self.learns_online = inner.source, inner.learns_online
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
         rows = self.inner.predict(path, hidden)
@@ -34,3 +36,9 @@ class NoisyPredictor(Predictor):
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         self.inner.observe(path, next_agent)
+
+    def knows(self, agent: str) -> bool:
+        return self.inner.knows(agent)
+
+    def known_agents(self) -> Any:
+        return self.inner.known_agents()

@@ -19,14 +19,21 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from agentcache.predictor.base import END, Forecast, Predictor
-from agentcache.trace import Meta
 
 
 class StaticGraphPredictor(Predictor):
     name = "static"
+    learns_online = False
 
-    def __init__(self, call_graph: Mapping[str, Sequence[str]], horizon: int = 3, learn_end: bool = True):
+    def __init__(
+        self,
+        call_graph: Mapping[str, Sequence[str]],
+        horizon: int = 3,
+        learn_end: bool = True,
+        source: str = "the call graph",
+    ):
         super().__init__(horizon)
+        self.source = source
         self.successors = {a: sorted(set(s)) for a, s in call_graph.items()}
         called = {b for succ in self.successors.values() for b in succ}
         self.agents = sorted(set(self.successors) | called)
@@ -38,20 +45,17 @@ class StaticGraphPredictor(Predictor):
         self.visits: dict[str, int] = {}  # agent -> observed transitions out of it
         self.ends: dict[str, int] = {}  # agent -> how many of them were END
 
-    @classmethod
-    def from_meta(cls, meta: Meta | None, horizon: int = 3, learn_end: bool = True) -> StaticGraphPredictor:
-        """The predictor of a trace's declared call graph (its meta line's `call_graph`)."""
-        if meta is None:
-            raise ValueError("the static predictor needs a call graph, and no trace meta line was given")
-        if not meta.call_graph:
-            raise ValueError("the static predictor needs a call graph, and the trace's meta line has no 'call_graph'")
-        return cls(meta.call_graph, horizon, learn_end)
-
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         if self.learn_end and path:
             agent = path[-1]
             self.visits[agent] = self.visits.get(agent, 0) + 1
             self.ends[agent] = self.ends.get(agent, 0) + (next_agent == END)
+
+    def knows(self, agent: str) -> bool:
+        return agent in self.known
+
+    def known_agents(self) -> frozenset[str]:
+        return self.known
 
     def next_distribution(self, agent: str | None) -> dict[str, float]:
         """P(next | current agent); None is a workflow that has not called anything yet."""

@@ -20,17 +20,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
-from typing import Any, NamedTuple
+from typing import Any
 
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from agentcache import wire
+from agentcache import tags as tags_module
 from agentcache.cost import DEFAULT_COST
-from agentcache.policy import CachePolicy, NodeClass, RequestTags, WorkflowRegistry, make_policy, prefetch
+from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.base import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
-from agentcache.predictor import load_predictor
 from agentcache.server_ext.adapter import (
     FULL,
     TaggedFullComponent,
@@ -44,7 +43,7 @@ from agentcache.server_ext.adapter import (
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
 from agentcache.server_ext.records import TenantCounters, WorkflowRecords
-from agentcache.trace import Meta
+from agentcache.tags import Tags, WorkflowKey
 
 logger = logging.getLogger("agentcache")
 
@@ -56,12 +55,6 @@ PREDICTOR_BUDGET_MS = 10.0  # a forecast slower than this is replaced by the fal
 PREFETCH_STEP_S = 6e-3
 
 
-class RequestInfo(NamedTuple):
-    tags: RequestTags
-    ts: float
-    tenant: str
-
-
 class AgentCache(UnifiedRadixCache):
     config: PluginConfig = PluginConfig()  # set by the factory before construction
     tp_rank: int = 0
@@ -70,9 +63,16 @@ class AgentCache(UnifiedRadixCache):
         super().__init__(params)
         cfg = self.config
         registry = WorkflowRegistry(lease_s=cfg.lease_s)
-        predictor = load_predictor(cfg.predictor, Meta(call_graph=cfg.call_graph)) if cfg.predictor else None
+        graph_source = f"the call graph {cfg.call_graph_path}"
+        predictor = (
+            cfg.predictor.build(cfg.call_graph, call_graph_source=graph_source) if cfg.predictor is not None else None
+        )
         self.policy: CachePolicy = make_policy(
-            cfg.policy, registry=registry, call_graph=cfg.call_graph, predictor=predictor
+            cfg.policy,
+            registry=registry,
+            call_graph=cfg.call_graph,
+            predictor=predictor,
+            call_graph_source=graph_source,
         )
         if isinstance(self.policy, PBKVPolicy) and self.tp_world_size == 1:
             # One rank: a slow forecast may fall back on the clock. Several: only on faults every rank sees.
@@ -80,13 +80,15 @@ class AgentCache(UnifiedRadixCache):
         install_policy(self, self.policy)
         self.component: TaggedFullComponent = self.components[FULL]
         self.now = 0.0
-        self._requests: OrderedDict[str, RequestInfo] = OrderedDict()
+        self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
         self._prefetch_version = -1
         self.counters: Counter[str] = Counter()
         self.invalid_tags: Counter[str] = Counter()
         self.metrics = Metrics.create(self.tp_rank)
         if self.metrics is not None:
             self.component.on_evict = self.metrics.evicted
+            for coverage in self.policy.coverages():
+                coverage.on_count = self.metrics.forecast
         self.workflows = WorkflowRecords()
         self.tenants = TenantCounters()
         logger.info(
@@ -98,42 +100,33 @@ class AgentCache(UnifiedRadixCache):
     def observe(self, req: Any) -> None:
         """Register a new request's tags (called once per request, on every rank)."""
         params = getattr(req.sampling_params, "custom_params", None)
-        raw = wire.find(params)
-        self._count("requests")
-        tenant = raw.get("tenant") if isinstance(raw, dict) and isinstance(raw.get("tenant"), str) else ""
-        self.tenants.count(tenant, "requests")
-        if raw is None or (isinstance(raw, dict) and raw.get("untagged")):
-            self._count("untagged_requests", tenant=tenant)
+        read = tags_module.read_stamped(tags_module.find(params))
+        tenant = read.tenant
+        self._count("requests", tenant=tenant)
+        if isinstance(read, tags_module.Untagged):
+            if read.reason is None:
+                self._count("untagged_requests", tenant=tenant)
+            else:
+                self._invalid(read.reason, tenant)
             return
-        if isinstance(raw, dict) and "invalid" in raw:  # the HTTP process already refused these tags
-            self._invalid(str(raw["invalid"]), tenant)
-            return
-        try:
-            tags = wire.parse(raw)
-        except wire.TagError as exc:
-            self._invalid(exc.reason, tenant)
-            return
-        ts = raw.get("ts")
-        ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time()
-        self.now = max(self.now, ts)
-        scoped = scope(tenant, tags.workflow)
-        fixed = tags.fixed_tokens or 0
-        request_tags = RequestTags(scoped, tags.agent, min(fixed, len(req.origin_input_ids)))
-        self._requests[req.rid] = RequestInfo(request_tags, self.now, tenant)
+        self.now = max(self.now, read.ts if read.ts is not None else time.time())
+        # The policy clock is the HTTP process's, identical on every rank; the boundary lies within the prompt.
+        tags = read.replace(ts=self.now, fixed_tokens=min(read.fixed, len(req.origin_input_ids)))
+        self._requests[req.rid] = tags
         if len(self._requests) > MAX_PENDING_REQUESTS:
             self._requests.popitem(last=False)
         self._count("tagged_requests", tenant=tenant)
-        self.policy.on_request(request_tags, self.now)
-        self.workflows.on_request(scoped, tags.agent_name, tags.agent)
+        self.policy.on_request(tags, self.now)
+        self.workflows.on_request(tags.key, tags.agent_name, tags.agent)
 
     def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
-        info = self._requests.get(req.rid)
-        if info is None or self.disable or req.last_node is None:
+        tags = self._requests.get(req.rid)
+        if tags is None or self.disable or req.last_node is None:
             return
         path = path_nodes(self, req.last_node)
         held = sum(len(n.key) for n in path)
-        fixed = info.tags.fixed_tokens - info.tags.fixed_tokens % self.page_size
+        fixed = tags.fixed - tags.fixed % self.page_size
         if 0 < fixed < held:
             key = RadixKey(
                 req.full_untruncated_fill_ids[:held],
@@ -149,9 +142,9 @@ class AgentCache(UnifiedRadixCache):
             used = take_prefetched(path[: _nodes_within(path, matched)])
             if used:
                 self._count("prefetch_used_tokens", used, metric="tokens")
-        self.policy.tag_path(path, info.tags, info.ts, matched)
+        self.policy.tag_path(path, tags, tags.ts, matched)
         if finished:
-            tenant = info.tenant
+            tenant = tags.tenant
             self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
             self._count("hit_tokens", getattr(req, "cached_tokens", 0), metric="tokens", tenant=tenant)
             self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens", tenant=tenant)
@@ -205,13 +198,13 @@ class AgentCache(UnifiedRadixCache):
         self.now = max(self.now, ts)
         return self.policy.expire(self.now)
 
-    def end_workflow(self, tenant: str, workflow: str, ts: float) -> bool:
+    def end_workflow(self, key: WorkflowKey, ts: float) -> bool:
         self.now = max(self.now, ts)
-        scoped = scope(tenant, workflow)
-        ended = self.policy.on_end(scoped, self.now)
+        tenant = key.tenant
+        ended = self.policy.on_end(key, self.now)
         if ended:
             self._count("ended_workflows", tenant=tenant)
-            self.workflows.on_end(scoped)
+            self.workflows.on_end(key)
         else:
             self._count("unknown_end_events", tenant=tenant)
         return ended
@@ -234,9 +227,9 @@ class AgentCache(UnifiedRadixCache):
             return self.tenant_stats(tenant)
         registry = self.policy.registry
         c = self.counters
-        workflows = {unscope(k): v for k, v in self.workflows.items()}
+        workflows = {str(k): v for k, v in self.workflows.items()}
         return {
-            "policy": self.config.policy,
+            "policy": self.config.policy.text,
             "scope": "server",
             "held_tokens": self.held_by_class(),
             "active_workflows": len(registry),
@@ -252,6 +245,7 @@ class AgentCache(UnifiedRadixCache):
             "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
             "ended_workflows": c["ended_workflows"],
             "unknown_end_events": c["unknown_end_events"],
+            "forecasters": self.policy.forecast_stats(),
             "predictor_faults": dict(self.policy.predictor.faults) if isinstance(self.policy, PBKVPolicy) else {},
             "prefetch": {
                 "mode": self.config.prefetch if self.cache_controller is not None else "off (no host tier)",
@@ -272,9 +266,9 @@ class AgentCache(UnifiedRadixCache):
         c = self.tenants.of(tenant)
         prefix = "invalid_tags_"
         return {
-            "policy": self.config.policy,
+            "policy": self.config.policy.text,
             "scope": "tenant",
-            "active_workflows": sum(1 for state in self.policy.registry.active() if tenant_of(state.id) == tenant),
+            "active_workflows": sum(1 for state in self.policy.registry.active() if state.id.tenant == tenant),
             "requests": c["requests"],
             "tagged_requests": c["tagged_requests"],
             "untagged_requests": c["untagged_requests"],
@@ -285,7 +279,7 @@ class AgentCache(UnifiedRadixCache):
             "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
             "ended_workflows": c["ended_workflows"],
             "unknown_end_events": c["unknown_end_events"],
-            "workflows": {unscope(k): v for k, v in self.workflows.items() if tenant_of(k) == tenant},
+            "workflows": {k.id: v for k, v in self.workflows.items() if k.tenant == tenant},
         }
 
     def _cached_nodes(self) -> Any:
@@ -303,30 +297,29 @@ class AgentCache(UnifiedRadixCache):
             held[self.policy.classify(node)] += len(node.key)
         return dict(held)
 
-    def workflow_view(self, tenant: str, workflow: str) -> dict[str, Any]:
+    def workflow_view(self, key: WorkflowKey) -> dict[str, Any]:
         """What the cache holds for one workflow: its record and the nodes it touched (a debugging view)."""
-        scoped = scope(tenant, workflow)
         nodes = tokens = fixed_tokens = 0
         agents: set[str] = set()
         for node in self._cached_nodes():
             tags = getattr(node, TAGS_ATTR, None)
-            if tags is None or scoped not in tags.workflows:
+            if tags is None or key not in tags.workflows:
                 continue
             nodes += 1
             tokens += len(node.key)
             fixed_tokens += len(node.key) if tags.fixed_agents else 0
-            agents |= tags.workflows[scoped].keys()
-        record = self.workflows.get(scoped) or {}
+            agents |= tags.workflows[key].keys()
+        record = self.workflows.get(key) or {}
         return {
-            "workflow": workflow,
-            "active": self.policy.registry.is_active(scoped),
+            "workflow": key.id,
+            "active": self.policy.registry.is_active(key),
             "requests": record.get("requests", 0),
             "ended": record.get("ended", False),
             "agents": record.get("agents", {}),
             "cached_nodes": nodes,
             "cached_tokens": tokens,
             "cached_fixed_tokens": fixed_tokens,
-            "cached_agent_ids": sorted(agents),
+            "cached_agents": sorted(agents),
         }
 
 
@@ -338,19 +331,6 @@ def _nodes_within(path: list[Any], tokens: int) -> int:
         if depth > tokens:
             return i
     return len(path)
-
-
-def scope(tenant: str, workflow: str) -> str:
-    """Workflow ids are scoped per tenant, so tenants can never touch each other's workflows."""
-    return f"{tenant}\x1f{workflow}" if tenant else workflow
-
-
-def unscope(key: str) -> str:
-    return key.split("\x1f", 1)[1] if "\x1f" in key else key
-
-
-def tenant_of(key: str) -> str:
-    return key.split("\x1f", 1)[0] if "\x1f" in key else ""
 
 
 def build_agentcache(ctx: Any) -> UnifiedRadixCache:

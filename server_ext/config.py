@@ -11,6 +11,9 @@ import json
 import os
 from dataclasses import dataclass
 
+from agentcache.policy.spec import PolicyConfigError, PolicySpec
+from agentcache.predictor.spec import PredictorSpec
+
 POLICY_ENV = "AGENTCACHE_POLICY"
 LEASE_ENV = "AGENTCACHE_LEASE_S"
 CALL_GRAPH_ENV = "AGENTCACHE_CALL_GRAPH"  # JSON file {agent: [successors]}, for kvflow
@@ -27,19 +30,27 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class PluginConfig:
-    policy: str = DEFAULT_POLICY
+    policy: PolicySpec = PolicySpec.parse(DEFAULT_POLICY)
     lease_s: float = DEFAULT_LEASE_S
     call_graph: dict[str, list[str]] | None = None
-    predictor: str | None = None
+    call_graph_path: str | None = None
+    predictor: PredictorSpec | None = None
     prefetch: str = "conservative"
 
     @classmethod
     def from_env(cls) -> PluginConfig:
-        from agentcache.policy import ONLINE_POLICIES
-
-        policy = os.environ.get(POLICY_ENV, DEFAULT_POLICY)
-        if policy not in ONLINE_POLICIES and not policy.startswith("pbkv/"):
-            raise ConfigError(f"{POLICY_ENV}={policy!r}: choose from {', '.join(ONLINE_POLICIES)}")
+        """The settings, checked: a bad one raises ConfigError naming the variable (or flag) and what is wrong."""
+        raw_policy = os.environ.get(POLICY_ENV, DEFAULT_POLICY)
+        try:
+            policy = PolicySpec.parse(raw_policy)
+        except PolicyConfigError as exc:
+            raise ConfigError(f"{POLICY_ENV}={raw_policy!r}: {exc}") from None
+        if policy.builtin or not policy.online or policy.prefetch:
+            raise ConfigError(
+                f"{POLICY_ENV}={raw_policy!r}: the plugin runs lru, lifecycle, kvflow, cachescout, pbkv-paper, pbkv"
+                " or a pbkv/ variant (prefetch is --agentcache-prefetch; SGLang's own strategies need no plugin:"
+                " --radix-eviction-policy)"
+            )
         raw = os.environ.get(LEASE_ENV, str(DEFAULT_LEASE_S))
         try:
             lease = float(raw)
@@ -47,30 +58,35 @@ class PluginConfig:
             raise ConfigError(f"{LEASE_ENV}={raw!r} is not a number of seconds") from None
         if lease <= 0:
             raise ConfigError(f"{LEASE_ENV} must be > 0, got {lease}")
-        graph = None
-        path = os.environ.get(CALL_GRAPH_ENV)
-        if path:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    graph = json.load(fh)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: {exc}") from None
-            if not isinstance(graph, dict) or not all(
-                isinstance(v, list) and all(isinstance(b, str) for b in v) for v in graph.values()
-            ):
-                raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: expected a JSON object agent -> list of agents")
-        if policy == "kvflow" and graph is None:
+        path = os.environ.get(CALL_GRAPH_ENV) or None
+        graph = load_call_graph(path) if path else None
+        if policy.name == "kvflow" and graph is None:
             raise ConfigError(f"kvflow needs a static call graph: set {CALL_GRAPH_ENV} (--agentcache-call-graph)")
-        predictor = os.environ.get(PREDICTOR_ENV) or None
-        if predictor is not None:
-            from agentcache.predictor import load_predictor
-            from agentcache.trace import Meta
-
+        raw_predictor = os.environ.get(PREDICTOR_ENV) or None
+        predictor = None
+        if raw_predictor is not None:
             try:
-                load_predictor(predictor, Meta(call_graph=graph))
+                predictor = PredictorSpec.parse(raw_predictor)
+                predictor.build(graph)  # a missing or damaged model file fails here, at start-up, by name
             except (ValueError, OSError) as exc:
-                raise ConfigError(f"{PREDICTOR_ENV}={predictor!r}: {exc}") from None
+                raise ConfigError(f"{PREDICTOR_ENV}={raw_predictor!r}: {exc}") from None
         prefetch = os.environ.get(PREFETCH_ENV, "conservative")
         if prefetch not in PREFETCH_MODES:
             raise ConfigError(f"{PREFETCH_ENV}={prefetch!r}: choose from {', '.join(PREFETCH_MODES)}")
-        return cls(policy, lease, graph, predictor, prefetch)
+        return cls(policy, lease, graph, path, predictor, prefetch)
+
+
+def load_call_graph(path: str) -> dict[str, list[str]]:
+    """A call graph file: a JSON object {agent: [the agents it may call next]}, agents by the names users know."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            graph = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: {exc}") from None
+    if not isinstance(graph, dict) or not all(
+        isinstance(v, list) and all(isinstance(b, str) for b in v) for v in graph.values()
+    ):
+        raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: expected a JSON object agent -> list of agents")
+    if not graph:
+        raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: the call graph names no agent")
+    return graph

@@ -37,7 +37,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import ORJSONResponse
 
-from agentcache import wire
+from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, VERSION, TagError, find, parse, untagged_marker
 
 logger = logging.getLogger("agentcache")
 
@@ -143,15 +143,15 @@ def _tags_from(params: dict | None, raw_request: Any) -> Any:
     if params is None:
         return None
     custom = params.get("custom_params")
-    raw = wire.find(custom)
+    raw = find(custom)
     if raw is None and raw_request is not None:
-        header = raw_request.headers.get(wire.HEADER)
+        header = raw_request.headers.get(HEADER)
         if header:
             try:
                 raw = json.loads(header)
             except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
                 raw = BAD_HEADER
-            params["custom_params"] = {**(custom if isinstance(custom, dict) else {}), wire.KEY: raw}
+            params["custom_params"] = {**(custom if isinstance(custom, dict) else {}), KEY: raw}
     return raw
 
 
@@ -170,28 +170,25 @@ def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input
     if raw is None:
         custom = params.get("custom_params")
         if tenant and (custom is None or isinstance(custom, dict)):  # counted for its tenant, served as it is
-            params["custom_params"] = {**(custom or {}), wire.KEY: {"untagged": True, "tenant": tenant}}
+            params["custom_params"] = {**(custom or {}), KEY: untagged_marker(tenant)}
         return
     custom = params["custom_params"]
     try:
         if raw is BAD_HEADER:
-            raise wire.TagError("bad_header", f"the {wire.HEADER} header is not JSON")
-        tags = wire.parse(raw)
+            raise TagError("bad_header", f"the {HEADER} header is not JSON")
+        tags = parse(raw)
         if tags.fixed_chars is not None and isinstance(text, str) and tokenizer is not None:
             prefix = tokenizer.encode(text[: tags.fixed_chars])
-            tags = tags._replace(fixed_tokens=_common_prefix(prefix, tokenizer.encode(text)))
+            tags = tags.replace(fixed_tokens=_common_prefix(prefix, tokenizer.encode(text)))
         if tags.fixed_tokens is not None and isinstance(input_ids, list) and tags.fixed_tokens > len(input_ids):
-            raise wire.TagError(
+            raise TagError(
                 "bad_fixed_tokens", f"fixed_tokens {tags.fixed_tokens} exceeds the prompt's {len(input_ids)} tokens"
             )
-    except wire.TagError as exc:
+    except TagError as exc:
         _log_once(exc.reason, f"agentcache: request served untagged: {exc} (logged once per kind)")
-        custom[wire.KEY] = {"invalid": exc.reason, "tenant": tenant}
+        custom[KEY] = untagged_marker(tenant, exc.reason)
         return
-    accepted = tags.to_wire()
-    accepted["ts"] = time.time()
-    accepted["tenant"] = tenant  # set here, never taken from the client
-    custom[wire.KEY] = accepted
+    custom[KEY] = tags.replace(tenant=tenant, ts=time.time()).to_stamped()  # never the client's tenant
 
 
 # ---------------------------------------------------------------- prompts the engine would crash on
@@ -260,7 +257,7 @@ def _before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> N
             except Exception:  # never let tag handling take a request down
                 logger.exception("agentcache: tag intake failed; request served untagged")
                 if isinstance(params.get("custom_params"), dict):
-                    params["custom_params"][wire.KEY] = {"invalid": "internal_error", "tenant": ""}
+                    params["custom_params"][KEY] = untagged_marker("", "internal_error")
     return None
 
 
@@ -424,7 +421,7 @@ def tenant_of_request(request: Any) -> str:
     headers = request.headers
     auth = headers.get("authorization", "")
     key = auth[7:] if auth[:7].lower() == "bearer " else ""
-    sub = (headers.get(TENANT_HEADER) or headers.get(ROUTED_TENANT_HEADER) or "")[: wire.MAX_ID_CHARS]
+    sub = (headers.get(TENANT_HEADER) or headers.get(ROUTED_TENANT_HEADER) or "")[:MAX_ID_CHARS]
     if not key and not sub:
         return ""
     digest = hashlib.sha256(key.encode()).hexdigest()[:12] if key else ""
@@ -463,8 +460,8 @@ async def _answer(op: str, payload: dict[str, Any]) -> Any:
 def add_routes(app: Any) -> None:
     async def end_workflow(workflow_id: str, request: Request) -> Any:
         try:
-            wire.parse({"v": wire.VERSION, "workflow": workflow_id, "agent": "-"})
-        except wire.TagError as exc:
+            parse({"v": VERSION, "workflow": workflow_id, "agent": "-"})
+        except TagError as exc:
             return ORJSONResponse({"error": str(exc)}, status_code=400)
         answer = await _answer(
             "end", {"workflow": workflow_id, "tenant": tenant_of_request(request), "ts": time.time()}

@@ -66,6 +66,7 @@ class ServeOptions:
     predictor: str | None = None
     prefetch: str | None = None  # conservative | off (with --hicache)
     api_key: str | None = None
+    plugin: bool = True  # False: plain SGLang, without agentcache (the baselines of `agentcache bench`)
     enable_metrics: bool = True
     extra_args: list[str] = field(default_factory=list)
     log_path: str | None = None
@@ -79,24 +80,19 @@ class ServeOptions:
         return f"http://{self.host}:{self.port}"
 
 
+# SGLang loads only the plugins this names; a name no plugin has means none (plain SGLang).
+NO_PLUGINS = "none"
+
+
 def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start SGLang with the plugin."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        model_path,
-        "--host",
-        opts.host,
-        "--port",
-        str(opts.port),
-        "--radix-cache-backend",
-        "agentcache",
-        "--agentcache-policy",
-        opts.policy,
-    ]
+    """The command line and environment that start SGLang with the plugin (or, with plugin=False, without)."""
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path]
+    cmd += ["--host", opts.host, "--port", str(opts.port)]
     env = dict(os.environ)
+    if not opts.plugin:
+        env["SGLANG_PLUGINS"] = NO_PLUGINS
+    else:
+        cmd += ["--radix-cache-backend", "agentcache", "--agentcache-policy", opts.policy]
     if opts.lease_s is not None:
         cmd += ["--agentcache-lease", str(opts.lease_s)]
     if opts.call_graph:
@@ -161,8 +157,13 @@ class Server:
         self.wait_ready(timeout_s)
         return self
 
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.opts.api_key}"} if self.opts.api_key else {}
+
     def wait_ready(self, timeout_s: float) -> None:
-        headers = {"Authorization": f"Bearer {self.opts.api_key}"} if self.opts.api_key else {}
+        headers = self.auth_headers()
+        # The plugin's health route asks every scheduler; a plain SGLang server has its own.
+        ready = "/agentcache/v1/health" if self.opts.plugin else "/health"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
@@ -170,7 +171,7 @@ class Server:
                     f"SGLang exited with status {self.process.returncode} while starting" + self._log_hint()
                 )
             try:
-                r = httpx.get(f"{self.base_url}/agentcache/v1/health", headers=headers, timeout=5.0)
+                r = httpx.get(f"{self.base_url}{ready}", headers=headers, timeout=5.0)
                 if r.status_code == 200:
                     return
             except httpx.HTTPError:

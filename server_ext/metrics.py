@@ -21,6 +21,11 @@ class Metrics:
         self.tokens = Counter(
             "agentcache_tokens", "prompt tokens of finished tagged requests, and those served from cache", ["kind"]
         )
+        self.forecasts = Counter(
+            "agentcache_forecasts",
+            "forecasts per forecaster, by whether it knew the agent the workflow was at",
+            ["forecaster", "agent"],
+        )
 
     @classmethod
     def create(cls, tp_rank: int) -> Metrics | None:
@@ -33,6 +38,9 @@ class Metrics:
 
     def evicted(self, node_class: str, tokens: int) -> None:
         self.evicted_tokens.labels(node_class=node_class).inc(tokens)
+
+    def forecast(self, forecaster: str, agent: str) -> None:
+        self.forecasts.labels(forecaster=forecaster, agent=agent).inc()
 
     def token(self, kind: str, n: int) -> None:
         if n:

@@ -53,8 +53,8 @@ def test_end_events_reach_every_instance_that_served_the_workflow(code_retry):
 
 
 def test_the_prefix_probe_predicts_the_hit_and_changes_nothing(code_retry):
-    from agentcache.policy import RequestTags
     from agentcache.replay.cluster import Cluster, cached_prefix
+    from agentcache.tags import Tags
 
     prepared, mean_prompt = code_retry
     cluster = Cluster(prepared, "lru", 1, int(mean_prompt * 4), lease_s=300.0)
@@ -63,7 +63,7 @@ def test_the_prefix_probe_predicts_the_hit_and_changes_nothing(code_retry):
         before = (cache.held_tokens(), cache.cache.evictable_size())
         probe = cached_prefix(cache, enc)
         assert cached_prefix(cache, enc) == probe and (cache.held_tokens(), cache.cache.evictable_size()) == before
-        tags = RequestTags(request.workflow, request.agent, enc.fixed_len)
+        tags = Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len)
         cache.policy.on_request(tags, request.ts)
         assert cache.serve(enc, tags, request.ts).hit_tokens == probe
 
@@ -82,7 +82,7 @@ def test_bad_routings_and_shapes_are_refused_clearly(code_retry):
         replay_cluster(prepared, "lru", 0, 8000, ["round-robin"])
     with pytest.raises(RoutingError, match="capacity per instance must be >= 2 tokens"):
         replay_cluster(prepared, "lru", 2, 1, ["round-robin"])
-    with pytest.raises(PolicyConfigError, match="one policy at a time"):
+    with pytest.raises(PolicyConfigError, match="unknown policy 'lru,pbkv'"):  # one policy at a time
         replay_cluster(prepared, "lru,pbkv", 2, 8000, ["round-robin"])
     with pytest.raises(PolicyConfigError, match="unknown policy 'nope'"):
         replay_cluster(prepared, "nope", 2, 8000, ["round-robin"])

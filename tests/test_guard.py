@@ -51,7 +51,7 @@ def test_a_healthy_predictor_passes_through_and_no_budget_means_no_clock():
 
 def test_pbkv_keeps_ranking_with_a_broken_predictor():
     policy = PBKVPolicy(predictor=Faulty("raise"))
-    from agentcache.policy import RequestTags
+    from agentcache.tags import Tags
 
     class Node:
         key = [0] * 10
@@ -60,7 +60,7 @@ def test_pbkv_keeps_ranking_with_a_broken_predictor():
 
     node = Node()
     for i, agent in enumerate(["a", "b", "a"]):
-        tags = RequestTags("w", agent, 0)
+        tags = Tags(workflow="w", agent=agent, fixed_tokens=0)
         policy.on_request(tags, float(i))
         policy.tag_path([node], tags, float(i), 0)
     assert policy.priority(node)[0] == 1 and policy.predictor.faults["error"] > 0

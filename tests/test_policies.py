@@ -12,9 +12,10 @@ from itertools import count
 
 import pytest
 
-from agentcache.policy import AgentStepGraph, NodeClass, RequestTags, WorkflowRegistry, make_policy, tags_of
+from agentcache.policy import AgentStepGraph, NodeClass, WorkflowRegistry, make_policy, tags_of
 from agentcache.policy.pbkv import PAPER, Ingredients, PBKVPolicy
 from agentcache.predictor import END, Predictor
+from agentcache.tags import Tags, WorkflowKey
 
 _clock = count(1)
 
@@ -33,7 +34,7 @@ class Node:
 
 
 def touch(policy, path, workflow, agent, now, fixed_tokens=0, matched=0):
-    tags = RequestTags(workflow, agent, fixed_tokens)
+    tags = Tags(workflow=workflow, agent=agent, fixed_tokens=fixed_tokens)
     policy.on_request(tags, now)
     for node in path:
         node.last_access_time = next(_clock)
@@ -70,11 +71,11 @@ def test_lifecycle_evicts_nodes_only_ended_workflows_used_first():
     touch(policy, [old_active], "w1", "x", 0)
     touch(policy, [shared], "w2", "x", 1)
     touch(policy, [shared, ended_new], "w3", "x", 2)
-    policy.on_end("w3", 3)
+    policy.on_end(WorkflowKey("", "w3"), 3)
     assert policy.classify(ended_new) == NodeClass.RETIRED
     assert policy.classify(shared) != NodeClass.RETIRED  # w2 still active
     assert eviction_order(policy, [old_active, shared, ended_new]) == ["ended_new", "old_active", "shared"]
-    assert not policy.on_end("w3", 4)  # a second end is a no-op
+    assert not policy.on_end(WorkflowKey("", "w3"), 4)  # a second end is a no-op
 
 
 def test_kvflow_steps_to_execution_or_and_and():
@@ -115,7 +116,7 @@ def test_cachescout_is_lru_when_unpredictable_and_survival_when_predictable():
             touch(policy, [nodes[a]], f"v{i}", a, t, fixed_tokens=10)
             t += 1
         policy.on_end(f"v{i}", t)
-    policy.on_end("w", t)
+    policy.on_end(WorkflowKey("", "w"), t)
     touch(policy, [nodes["a"]], "live", "a", t + 1, fixed_tokens=10)
     # live workflow at a: b is 1 hop (p = 3/4), c 2 hops (1/2), a 3 hops (1/4)
     assert eviction_order(policy, list(nodes.values())) == ["sys_a", "sys_c", "sys_b"]
@@ -130,7 +131,7 @@ def test_pbkv_paper_score_is_the_formula():
     policy = PBKVPolicy(predictor=FixedForecast(forecast), gamma=gamma, ingredients=PAPER)
     hb, hc, shared, retired = Node("hist_b"), Node("hist_c"), Node("shared"), Node("retired")
     touch(policy, [retired], "gone", "b", 0)
-    policy.on_end("gone", 0.5)
+    policy.on_end(WorkflowKey("", "gone"), 0.5)
     touch(policy, [shared, hb], "w1", "b", 1)  # w1 read hb as agent b
     touch(policy, [shared, hc], "w2", "c", 2)  # w2 read hc as agent c
     touch(policy, [Node("x")], "w1", "a", 3)  # w1 moves on to agent a
@@ -150,7 +151,7 @@ def test_pbkv_values_fixed_prompts_by_every_active_workflow():
     for policy in (paper, ours):
         sys_tester = Node("sys_tester")
         touch(policy, [sys_tester], "old", "tester", 0, fixed_tokens=10)
-        policy.on_end("old", 1)
+        policy.on_end(WorkflowKey("", "old"), 1)
         for i in range(3):  # three workflows at the planner, none has called the tester yet
             touch(policy, [Node(f"p{i}")], f"w{i}", "planner", 2 + i, fixed_tokens=10)
         policy.sys_tester = sys_tester
@@ -185,9 +186,9 @@ def test_registry_leases_retire_silent_workflows():
     n = Node("n")
     touch(policy, [n], "quiet", "a", 0)
     touch(policy, [Node("m")], "busy", "a", 5)
-    assert registry.is_active("quiet")
+    assert registry.is_active(WorkflowKey("", "quiet"))
     touch(policy, [Node("k")], "busy", "a", 12)  # 12 s after quiet's last request
-    assert not registry.is_active("quiet") and registry.expired_count == 1
+    assert not registry.is_active(WorkflowKey("", "quiet")) and registry.expired_count == 1
     assert policy.classify(n) == NodeClass.RETIRED
 
 
@@ -197,8 +198,8 @@ def test_tags_record_workflows_agents_fixed_and_hits():
     touch(policy, [a, b], "w", "coder", 0, fixed_tokens=100, matched=120)
     ta, tb = tags_of(a), tags_of(b)
     assert (
-        set(ta.workflows) == {"w"}
-        and set(ta.workflows["w"]) == {"coder"}
+        set(ta.workflows) == {WorkflowKey("", "w")}
+        and set(ta.workflows[WorkflowKey("", "w")]) == {"coder"}
         and ta.fixed_agents == {"coder"}
         and ta.depth == 100
         and ta.hits == 1

@@ -18,8 +18,8 @@ from agentcache.predictor import (  # noqa: E402
     NeuralPredictor,
     NoisyPredictor,
     Predictor,
+    PredictorSpec,
     StaticGraphPredictor,
-    load_predictor,
 )
 from agentcache.predictor.cli import register  # noqa: E402
 from agentcache.predictor.neural import compose_hazards  # noqa: E402
@@ -71,7 +71,7 @@ def code_retry_model():
 @pytest.mark.parametrize("spec", ["markov", "markov-n:3", "static", "noise:0.3:markov-n:2"])
 def test_online_predictors_give_valid_rows_on_every_family(small_traces, spec):
     for trace in small_traces.values():
-        predictor = load_predictor(spec, trace.meta)
+        predictor = PredictorSpec.parse(spec).build(trace.meta.call_graph)
         warm_up(predictor, [trace])
         for path in every_state(trace):
             assert_valid(predictor.predict(path), 3)
@@ -125,13 +125,12 @@ def test_static_learns_end_online_only_when_asked():
     assert_valid(learner.predict(["coder"]), 3)
 
 
-def test_static_from_meta_needs_a_call_graph():
+def test_the_static_predictor_needs_a_call_graph():
     trace = generate("code-retry", GenConfig(workflows=3))
-    assert StaticGraphPredictor.from_meta(trace.meta).successors == CODE_RETRY_GRAPH
-    with pytest.raises(ValueError, match="call graph"):
-        StaticGraphPredictor.from_meta(None)
-    with pytest.raises(ValueError, match="call_graph"):
-        StaticGraphPredictor.from_meta(Meta(name="no graph"))
+    assert PredictorSpec.parse("static").build(trace.meta.call_graph).successors == CODE_RETRY_GRAPH
+    for graph in (None, {}):
+        with pytest.raises(ValueError, match="call graph"):
+            PredictorSpec.parse("static").build(graph)
 
 
 # ---------------------------------------------------------------- noise
@@ -237,7 +236,7 @@ def test_training_is_deterministic_for_a_seed():
 def test_save_load_round_trip_gives_identical_forecasts(code_retry_model, tmp_path):
     predictor, _, train = code_retry_model
     predictor.save(tmp_path / "model.pt")
-    loaded = load_predictor(f"neural:{tmp_path / 'model.pt'}")
+    loaded = PredictorSpec.parse(f"neural:{tmp_path / 'model.pt'}").build()
     assert isinstance(loaded, NeuralPredictor) and loaded.agents == predictor.agents
     for path in list(every_state(train[0]))[:50] + [["never-seen"]]:
         assert loaded.predict(path) == predictor.predict(path)
@@ -283,14 +282,17 @@ def test_semantic_vector_carries_what_the_path_cannot():
 # ---------------------------------------------------------------- specs
 
 
-def test_load_predictor_parses_specs():
-    meta = generate("code-retry", GenConfig(workflows=2)).meta
-    assert isinstance(load_predictor("markov"), MarkovPredictor) and load_predictor("markov").order == 1
-    assert load_predictor("markov-n:3", horizon=4).order == 3 and load_predictor("markov-n:3", horizon=4).horizon == 4
-    assert isinstance(load_predictor("static", meta), StaticGraphPredictor)
-    noisy = load_predictor("noise:0.2:markov-n:2")
+def test_predictor_specs_parse_once_and_build_what_they_name():
+    graph = generate("code-retry", GenConfig(workflows=2)).meta.call_graph
+    build = lambda text, **kw: PredictorSpec.parse(text).build(graph, **kw)  # noqa: E731
+    assert isinstance(build("markov"), MarkovPredictor) and build("markov").order == 1
+    assert build("markov-n:3", horizon=4).order == 3 and build("markov-n:3", horizon=4).horizon == 4
+    assert isinstance(build("static"), StaticGraphPredictor)
+    noisy = build("noise:0.2:markov-n:2")
     assert isinstance(noisy, NoisyPredictor) and noisy.lam == 0.2 and noisy.inner.order == 2
-    assert isinstance(load_predictor("noise:0.1:static", meta).inner, StaticGraphPredictor)
+    assert isinstance(build("noise:0.1:static").inner, StaticGraphPredictor)
+    for text in ("markov", "markov-n:3", "static", "neural:m.pt", "noise:0.2:markov-n:2"):
+        assert str(PredictorSpec.parse(text)) == text
 
 
 @pytest.mark.parametrize(
@@ -310,9 +312,9 @@ def test_load_predictor_parses_specs():
         ("noise:0.2:bogus", "unknown predictor 'bogus'"),
     ],
 )
-def test_load_predictor_rejects_bad_specs_clearly(spec, message):
+def test_bad_predictor_specs_are_refused_clearly(spec, message):
     with pytest.raises(ValueError, match=message):
-        load_predictor(spec)
+        PredictorSpec.parse(spec).build()
 
 
 # ---------------------------------------------------------------- CLI
@@ -377,3 +379,42 @@ def test_neural_beats_markov1_beyond_one_step_on_held_out_history_dependent_trac
     assert ours.top1[1] > theirs.top1[1] + 0.03
     assert ours.top1[2] > theirs.top1[2] + 0.03
     assert ours.infer_cpu_ms < 1.0
+
+
+# ---------------------------------------------------------------- engagement: agents a forecaster knows
+
+
+def test_a_forecaster_counts_the_agents_it_knows_and_names_loudly_those_it_does_not(caplog):
+    from agentcache.policy import make_policy
+    from agentcache.tags import Tags
+
+    graph = {"planner": ["coder"], "coder": []}
+    static = PredictorSpec.parse("static").build(graph, call_graph_source="the call graph g.json")
+    policies = {
+        "static": make_policy("pbkv", predictor=static),
+        "call graph": make_policy("kvflow", call_graph=graph, call_graph_source="the call graph g.json"),
+    }
+    for forecaster, policy in policies.items():
+        caplog.clear()
+        policy.on_request(Tags(workflow="w", agent="a:1", agent_name="planner"), 0.0)
+        policy.on_request(Tags(workflow="w", agent="a:2", agent_name="Researcher"), 1.0)
+        policy.on_request(Tags(workflow="w", agent="a:2", agent_name="Researcher"), 2.0)
+        coverage = policy.forecast_stats()[forecaster]
+        assert coverage["known_agent"] == 1 and coverage["unknown_agent"] == 2, coverage
+        assert coverage["unknown_agents"] == ["Researcher"] and coverage["source"] == "the call graph g.json"
+        warnings = [r.getMessage() for r in caplog.records if "does not know the live agent" in r.getMessage()]
+        assert len(warnings) == 1, "once per unknown agent"
+        assert "the call graph g.json does not know the live agent 'Researcher'" in warnings[0]
+        assert "It knows 2 agents: coder, planner" in warnings[0]
+
+
+def test_an_online_forecaster_learns_new_agents_without_a_warning(caplog):
+    from agentcache.policy import make_policy
+    from agentcache.tags import Tags
+
+    policy = make_policy("pbkv")
+    for i, agent in enumerate(["planner", "coder", "planner", "coder"]):
+        policy.on_request(Tags(workflow="w", agent=f"a:{agent}", agent_name=agent), float(i))
+    coverage = policy.forecast_stats()["markov-3"]
+    assert coverage["known_agent"] == 4 and coverage["unknown_agent"] == 0, "it learns each agent before forecasting"
+    assert "does not know" not in caplog.text

@@ -110,7 +110,7 @@ def test_chat_tags_reach_the_nodes_and_the_fixed_prompt_is_its_own_node(server):
     first = chat("chat-1", "Review the plan for task one, please. " * 8)
     w = view(server, "chat-1")
     assert w["active"] and w["requests"] == 1 and w["agents"] == {"reviewer": 1}
-    assert w["cached_agent_ids"] == ["a:reviewer"]
+    assert w["cached_agents"] == ["reviewer"], "the agent is known by its name, its fingerprint beneath"
     assert 0 < w["cached_fixed_tokens"] < w["cached_tokens"], (
         "the fixed prompt and the dynamic suffix are separate nodes"
     )

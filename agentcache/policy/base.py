@@ -18,9 +18,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, Protocol
 
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
+from agentcache.predictor.base import AgentCoverage
+from agentcache.tags import Tags, WorkflowKey
 
 TAGS_ATTR = "agentcache_tags"
 
@@ -31,21 +33,13 @@ MAX_WORKFLOWS_PER_NODE = 64
 MAX_TRACKED_AGENTS = 4096
 
 
-class RequestTags(NamedTuple):
-    """What the SDK tells the server about one LLM request."""
-
-    workflow: str
-    agent: str
-    fixed_tokens: int = 0  # token offset where the agent's fixed prompt ends (0: unknown)
-
-
 @dataclass(slots=True)
 class NodeTags:
     """Policy bookkeeping for one radix-tree node."""
 
-    # A_w(c): workflow -> its agents that touched c, each with the number of that (workflow, agent)'s
+    # A_w(c): workflow key -> its agents that touched c, each with the number of that (workflow, agent)'s
     # request that last did (which tells whether c is on the pair's latest path, see CachePolicy.latest)
-    workflows: dict[str, dict[str, int]] = field(default_factory=dict)
+    workflows: dict[WorkflowKey, dict[str, int]] = field(default_factory=dict)
     fixed_agents: set[str] = field(default_factory=set)  # agents whose fixed prompt covers c
     last_access: float = 0.0  # policy clock (seconds) at the last touch
     hits: int = 0  # requests that reused c from cache
@@ -109,15 +103,15 @@ class CachePolicy(ABC):
         # A node tagged by the pair with an older number is off the pair's current path (the pair's
         # history went another way since: rewritten, truncated, or another branch), and the end of
         # the current path is what a prefetch loads back for the pair's next call.
-        self.latest: dict[str, dict[str, tuple[int, Any]]] = {}
+        self.latest: dict[WorkflowKey, dict[str, tuple[int, Any]]] = {}
         self.fixed_leaf: dict[str, Any] = {}  # agent -> deepest node of its fixed prompt
         self._requests_tagged = 0
 
     # -- events from the adapter
 
-    def on_request(self, tags: RequestTags, now: float) -> WorkflowState:
+    def on_request(self, tags: Tags, now: float) -> WorkflowState:
         self.expire(now)
-        state, previous = self.registry.observe(tags.workflow, tags.agent, now)
+        state, previous = self.registry.observe(tags.key, tags.identity, now)
         self.on_transition(state, previous)
         return state
 
@@ -128,7 +122,7 @@ class CachePolicy(ABC):
             self._retire(state)
         return len(expired)
 
-    def on_end(self, workflow: str, now: float) -> bool:
+    def on_end(self, workflow: WorkflowKey, now: float) -> bool:
         """Apply an end event; False when the workflow was not active."""
         state = self.registry.end(workflow)
         if state is None:
@@ -140,36 +134,37 @@ class CachePolicy(ABC):
         self.latest.pop(state.id, None)
         self.on_workflow_retired(state)
 
-    def tag_path(self, path: Sequence[Any], tags: RequestTags, now: float, matched_tokens: int) -> None:
+    def tag_path(self, path: Sequence[Any], tags: Tags, now: float, matched_tokens: int) -> None:
         """Record that the request `tags` used every node of `path` (root's child first)."""
         self._requests_tagged += 1
         stamp = self._requests_tagged
+        workflow, agent, fixed = tags.key, tags.identity, tags.fixed
         depth = 0
         for node in path:
             depth += node_tokens(node)
             t = ensure_tags(node, now)
-            agents = t.workflows.pop(tags.workflow, None)  # re-inserted last: most recent workflows last
+            agents = t.workflows.pop(workflow, None)  # re-inserted last: most recent workflows last
             if agents is None:
                 if len(t.workflows) >= MAX_WORKFLOWS_PER_NODE:
                     self._prune(t)
                 agents = {}
-            agents[tags.agent] = stamp
-            t.workflows[tags.workflow] = agents
-            if depth <= tags.fixed_tokens:
-                t.fixed_agents.add(tags.agent)
+            agents[agent] = stamp
+            t.workflows[workflow] = agents
+            if depth <= fixed:
+                t.fixed_agents.add(agent)
             if depth <= matched_tokens:
                 t.hits += 1
             t.last_access = now
             t.depth = depth
-            if depth <= tags.fixed_tokens:
-                self.fixed_leaf.pop(tags.agent, None)  # re-insert: most recently used agents last
-                self.fixed_leaf[tags.agent] = node
+            if depth <= fixed:
+                self.fixed_leaf.pop(agent, None)  # re-insert: most recently used agents last
+                self.fixed_leaf[agent] = node
                 if len(self.fixed_leaf) > MAX_TRACKED_AGENTS:
                     del self.fixed_leaf[next(iter(self.fixed_leaf))]
-        if path and self.registry.is_active(tags.workflow):
-            self.latest.setdefault(tags.workflow, {})[tags.agent] = (stamp, path[-1])
+        if path and self.registry.is_active(workflow):
+            self.latest.setdefault(workflow, {})[agent] = (stamp, path[-1])
 
-    def on_current_path(self, workflow: str, agent: str, stamp: int) -> bool:
+    def on_current_path(self, workflow: WorkflowKey, agent: str, stamp: int) -> bool:
         """Whether a node `agent` of `workflow` last touched with request `stamp` is on the pair's latest path."""
         latest = self.latest.get(workflow, {}).get(agent)
         return latest is not None and latest[0] == stamp
@@ -188,6 +183,13 @@ class CachePolicy(ABC):
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         """A workflow ended or its lease ran out."""
+
+    def coverages(self) -> list[AgentCoverage]:
+        """The forecasters the policy consults, each counting its forecasts and the agents it knew."""
+        return []
+
+    def forecast_stats(self) -> dict[str, dict]:
+        return {c.forecaster: c.to_json() for c in self.coverages()}
 
     # -- ranking
 

@@ -46,7 +46,7 @@ class CacheScoutPolicy(CachePolicy):
 
     def on_request(self, tags, now):  # noqa: ANN001 - same signature as the base
         self._now = now
-        previous_seen = self.registry.get(tags.workflow)
+        previous_seen = self.registry.get(tags.key)
         gap = now - previous_seen.last_seen if previous_seen is not None else None
         state = super().on_request(tags, now)
         if gap is not None:

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from agentcache.policy.base import CacheNode, CachePolicy, tags_of
-from agentcache.policy.workflows import WorkflowRegistry
+from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
+from agentcache.predictor.base import AgentCoverage
 
 UNREACHABLE = math.inf
 
@@ -29,7 +30,12 @@ UNREACHABLE = math.inf
 class AgentStepGraph:
     """A static call graph: agent -> successors, each agent an OR-branch unless named in `and_joins`."""
 
-    def __init__(self, successors: Mapping[str, Sequence[str]], and_joins: Sequence[str] = ()):
+    learns_online = False
+
+    def __init__(
+        self, successors: Mapping[str, Sequence[str]], and_joins: Sequence[str] = (), source: str = "the call graph"
+    ):
+        self.source = source
         self.agents = sorted(set(successors) | {b for succ in successors.values() for b in succ})
         self.predecessors: dict[str, list[str]] = {a: [] for a in self.agents}
         for a, succ in successors.items():
@@ -37,6 +43,12 @@ class AgentStepGraph:
                 self.predecessors[b].append(a)
         self.and_joins = frozenset(and_joins)
         self.steps_from = lru_cache(maxsize=None)(self._steps_from)
+
+    def knows(self, agent: str) -> bool:
+        return agent in self.predecessors
+
+    def known_agents(self) -> list[str]:
+        return self.agents
 
     def _steps_from(self, current: str) -> dict[str, float]:
         """E(b) for every agent b after `current` ran; the current agent's own E is its next return."""
@@ -67,8 +79,15 @@ class KVFlowPolicy(CachePolicy):
     def __init__(self, graph: AgentStepGraph, registry: WorkflowRegistry | None = None):
         super().__init__(registry)
         self.graph = graph
+        self.coverage = AgentCoverage("call graph", graph.source)
         self._steps_cache: dict[str, float] = {}
         self._cache_version = -1
+
+    def on_transition(self, state: WorkflowState, previous: str | None) -> None:
+        self.coverage.count(self.graph, state.agent)  # E of every agent is read from where the workflow is now
+
+    def coverages(self) -> list[AgentCoverage]:
+        return [self.coverage]
 
     def agent_steps(self, agent: str) -> float:
         """min over active workflows of E(agent)."""

@@ -38,12 +38,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy.base import CacheNode, CachePolicy, NodeTags, RequestTags, node_tokens, tags_of
+from agentcache.policy.base import CacheNode, CachePolicy, NodeTags, node_tokens, tags_of
 from agentcache.policy.gaps import GapModel
 from agentcache.policy.prefetch import Candidate
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor import END, MarkovPredictor, Predictor
+from agentcache.predictor.base import AgentCoverage
 from agentcache.predictor.guard import GuardedPredictor
+from agentcache.tags import Tags, WorkflowKey
 
 
 @dataclass(frozen=True)
@@ -102,17 +104,17 @@ class PBKVPolicy(CachePolicy):
         self.arrival_gap = 0.0  # EWMA of the time between new workflows (1 / lambda)
         self._last_start: float | None = None
         self._now = 0.0
-        self._values: dict[str, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
-        self._next: dict[str, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
-        self._weights: dict[str, float] = {}  # workflow -> timing weight phi_w
+        self._values: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
+        self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
+        self._weights: dict[WorkflowKey, float] = {}  # workflow -> timing weight phi_w
         self._demand: dict[str, float] = {}  # D(a) = sum over active workflows of phi_w v_w(a) (+ arrivals)
         self._refreshed = (-1, -1.0)
 
     # -- learning
 
-    def on_request(self, tags: RequestTags, now: float) -> WorkflowState:
+    def on_request(self, tags: Tags, now: float) -> WorkflowState:
         self._now = now
-        known = self.registry.get(tags.workflow)
+        known = self.registry.get(tags.key)
         if known is not None:
             gap = now - known.last_seen
             self.gaps.add(gap)
@@ -139,6 +141,9 @@ class PBKVPolicy(CachePolicy):
         self.predictor.observe(state.path, END)
         self._values.pop(state.id, None)
         self._next.pop(state.id, None)
+
+    def coverages(self) -> list[AgentCoverage]:
+        return [self.predictor.coverage]
 
     def prefetch_candidates(self) -> list[Candidate]:
         """Each active workflow's history for its likely next agent, and those agents' fixed prompts,

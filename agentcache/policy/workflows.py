@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+from agentcache.tags import WorkflowKey
+
 
 @dataclass(slots=True)
 class WorkflowState:
-    id: str
+    id: WorkflowKey
     started: float
     last_seen: float
     path: list[str] = field(default_factory=list)  # agents called so far, in order
@@ -37,14 +39,14 @@ class WorkflowRegistry:
         self.lease_s = lease_s
         self.max_active = max_active
         self.max_path = max_path
-        self._active: OrderedDict[str, WorkflowState] = OrderedDict()
+        self._active: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()
         self.retired_count = 0
         self.expired_count = 0
         self.version = 0  # bumped on every change that can move a forecast
 
     # -- events
 
-    def observe(self, workflow: str, agent: str, now: float) -> tuple[WorkflowState, str | None]:
+    def observe(self, workflow: WorkflowKey, agent: str, now: float) -> tuple[WorkflowState, str | None]:
         """Record a request of `workflow` by `agent`; returns the state and the previous agent."""
         state = self._active.get(workflow)
         if state is None:
@@ -62,7 +64,7 @@ class WorkflowRegistry:
         self.version += 1
         return state, previous
 
-    def end(self, workflow: str) -> WorkflowState | None:
+    def end(self, workflow: WorkflowKey) -> WorkflowState | None:
         """Retire `workflow`; returns its last state, or None when it was not active."""
         return self._retire(workflow, expired=False)
 
@@ -76,7 +78,7 @@ class WorkflowRegistry:
             expired.append(self._retire(state.id, expired=True))
         return expired
 
-    def _retire(self, workflow: str, *, expired: bool) -> WorkflowState | None:
+    def _retire(self, workflow: WorkflowKey, *, expired: bool) -> WorkflowState | None:
         state = self._active.pop(workflow, None)
         if state is None:
             return None
@@ -87,10 +89,10 @@ class WorkflowRegistry:
 
     # -- queries
 
-    def is_active(self, workflow: str) -> bool:
+    def is_active(self, workflow: WorkflowKey) -> bool:
         return workflow in self._active
 
-    def get(self, workflow: str) -> WorkflowState | None:
+    def get(self, workflow: WorkflowKey) -> WorkflowState | None:
         return self._active.get(workflow)
 
     def active(self) -> Iterator[WorkflowState]:

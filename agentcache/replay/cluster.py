@@ -38,18 +38,19 @@ from typing import Any
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy import PolicyConfigError, RequestTags, WorkflowRegistry
+from agentcache.policy import PolicySpec, WorkflowRegistry
 from agentcache.predictor import Predictor
 from agentcache.replay.engine import ReplayCache
 from agentcache.replay.runner import (
     PreparedTrace,
     ReplayResult,
+    as_spec,
     build_replay_cache,
-    parse_policies,
     prefetch_step,
-    split_prefetch,
+    request_tags,
 )
 from agentcache.replay.tokens import EncodedRequest
+from agentcache.tags import WorkflowKey
 from agentcache.trace import End, Request, Trace
 
 ROUTINGS = ("round-robin", "prefix-aware", "workflow-affinity")
@@ -91,7 +92,7 @@ class Cluster:
     def __init__(
         self,
         prepared: PreparedTrace,
-        policy: str,
+        policy: PolicySpec | str,
         instances: int,
         capacity: int,
         *,
@@ -101,20 +102,21 @@ class Cluster:
     ):
         self.prepared = prepared
         self.current = 0
-        self.prefetch_mode = split_prefetch(policy)[1]
+        spec = as_spec(policy)
+        self.prefetch_mode = spec.prefetch
         self.instances = [
-            self._instance(policy, capacity, host_capacity, predictor_factory(), lease_s) for _ in range(instances)
+            self._instance(spec, capacity, host_capacity, predictor_factory(), lease_s) for _ in range(instances)
         ]
 
     def _instance(
-        self, name: str, capacity: int, host_capacity: int, predictor: Predictor | None, lease_s: float
+        self, spec: PolicySpec, capacity: int, host_capacity: int, predictor: Predictor | None, lease_s: float
     ) -> Instance:
         cache = build_replay_cache(
-            self.prepared, name, capacity, host_capacity, predictor, WorkflowRegistry(lease_s=lease_s), self._next_use
+            self.prepared, spec, capacity, host_capacity, predictor, WorkflowRegistry(lease_s=lease_s), self._next_use
         )
         return Instance(
             cache,
-            ReplayResult(policy=name, capacity=capacity, host_capacity=host_capacity),
+            ReplayResult(policy=spec.text, capacity=capacity, host_capacity=host_capacity),
         )
 
     def _next_use(self, node: Any) -> float:
@@ -129,7 +131,7 @@ class Cluster:
                 cache, policy, self.prefetch_mode, request.ts - inst.last_ts, request.ts, cost
             )
         inst.last_ts = request.ts
-        tags = RequestTags(request.workflow, request.agent, enc.fixed_len)
+        tags = request_tags(request, enc)
         policy.on_request(tags, request.ts)
         served = cache.serve(enc, tags, request.ts)
         cache.remember_fixed_prompt(request.agent, enc)
@@ -193,7 +195,7 @@ def _imbalance(loads: Sequence[int]) -> float:
 
 def replay_routing(
     prepared: PreparedTrace,
-    policy: str,
+    policy: PolicySpec | str,
     instances: int,
     capacity: int,
     routing: str,
@@ -204,6 +206,7 @@ def replay_routing(
     lease_s: float = 300.0,
 ) -> dict[str, Any]:
     """One run: the whole trace through `instances` caches, each request routed by `routing`."""
+    policy = as_spec(policy)
     cluster = Cluster(
         prepared,
         policy,
@@ -220,7 +223,7 @@ def replay_routing(
     for event in prepared.trace.events:
         if isinstance(event, End):
             for i in served_by.get(event.workflow, ()):
-                cluster.instances[i].cache.policy.on_end(event.workflow, event.ts)
+                cluster.instances[i].cache.policy.on_end(WorkflowKey("", event.workflow), event.ts)
             router.on_end(event.workflow)
             continue
         cluster.current = index
@@ -238,7 +241,7 @@ def replay_routing(
     hit = sum(r.hit_tokens for r in results)
     return {
         "routing": routing,
-        "policy": policy,
+        "policy": policy.text,
         "instances": instances,
         "capacity_per_instance": capacity,
         "total_capacity": capacity * instances,
@@ -274,7 +277,7 @@ def replay_routing(
 
 def replay_cluster(
     trace: Trace | PreparedTrace,
-    policy: str,
+    policy: PolicySpec | str,
     instances: int,
     capacity_per_instance: int,
     routings: str | Sequence[str] = ROUTINGS,
@@ -296,14 +299,12 @@ def replay_cluster(
         raise RoutingError(f"instances must be >= 1, got {instances}")
     if capacity_per_instance < 2:
         raise RoutingError(f"capacity per instance must be >= 2 tokens, got {capacity_per_instance}")
-    policies = parse_policies(policy)
-    if len(policies) != 1:
-        raise PolicyConfigError(f"replay_cluster runs one policy at a time, got {policy!r}")
+    spec = as_spec(policy)
     prepared = trace if isinstance(trace, PreparedTrace) else PreparedTrace(trace)
     return [
         replay_routing(
             prepared,
-            policies[0],
+            spec,
             instances,
             capacity_per_instance,
             name,

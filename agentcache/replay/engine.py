@@ -34,7 +34,7 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from agentcache.policy import CachePolicy, RequestTags, tags_of
+from agentcache.policy import CachePolicy, tags_of
 from agentcache.replay.tokens import EncodedRequest
 from agentcache.server_ext.adapter import (
     FULL,
@@ -47,9 +47,8 @@ from agentcache.server_ext.adapter import (
     split_at,
     take_prefetched,
 )
+from agentcache.tags import Tags
 
-# SGLang's built-in eviction strategies (--radix-eviction-policy), replayed beside ours.
-BUILTIN_STRATEGIES = ("lfu", "slru", "tlru", "priority", "fifo", "mru", "filo", "lru")
 WARMUP_WORKFLOW = "\x00warm-up"  # the pseudo workflow of warm-up requests (never active, never ended)
 
 
@@ -180,7 +179,7 @@ class ReplayCache:
         cache.ready_to_load_host_cache()
         return match.device_prefix_len, loaded, match.best_match_node
 
-    def serve(self, enc: EncodedRequest, tags: RequestTags, now: float) -> ServeResult:
+    def serve(self, enc: EncodedRequest, tags: Tags, now: float) -> ServeResult:
         cache = self.cache
         tokens = array("q", enc.tokens)
         prompt_len = enc.prompt_len
@@ -254,7 +253,7 @@ class ReplayCache:
             return 0
         self._warmups += 1
         probe = EncodedRequest(list(tokens) + [-self._warmups], len(tokens), len(tokens), ())
-        result = self.serve(probe, RequestTags(WARMUP_WORKFLOW, agent, len(tokens)), now)
+        result = self.serve(probe, Tags(workflow=WARMUP_WORKFLOW, agent=agent, fixed_tokens=len(tokens)), now)
         if not result.admitted:
             return 0
         depth = 0

@@ -13,55 +13,24 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy import (
-    POLICIES,
-    PolicyConfigError,
-    RequestTags,
-    WorkflowRegistry,
-    make_policy,
-    parse_ingredients,
-    prefetch,
-)
-from agentcache.policy.lru import LRUPolicy
+from agentcache.policy import PolicySpec, WorkflowRegistry, make_policy, prefetch
+from agentcache.policy.spec import WARMUP
 from agentcache.predictor import Predictor
-from agentcache.replay.engine import BUILTIN_STRATEGIES, ReplayCache
+from agentcache.replay.engine import ReplayCache
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
+from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import End, Request, Trace
 
 TIMELINE_POINTS = 40
-WARMUP = "warmup"
 
 
-def known_policies() -> tuple[str, ...]:
-    return (*POLICIES, *(b for b in BUILTIN_STRATEGIES if b not in POLICIES))
+def as_spec(policy: PolicySpec | str) -> PolicySpec:
+    return policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
 
 
-def parse_policies(spec: str) -> list[str]:
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    if not names:
-        raise PolicyConfigError("no policy given")
-    known = known_policies()
-    for name in names:
-        base, _ = split_prefetch(name)
-        if base.startswith("pbkv/"):
-            parse_ingredients(base)
-        elif base not in known:
-            raise PolicyConfigError(f"unknown policy {name!r}; choose from {', '.join(known)}")
-    return list(dict.fromkeys(names))
-
-
-PREFETCH_SUFFIXES = {"+prefetch": prefetch.CONSERVATIVE, "+prefetch-aggressive": prefetch.AGGRESSIVE, "+warmup": WARMUP}
-
-
-def split_prefetch(name: str) -> tuple[str, str | None]:
-    """`pbkv+prefetch` -> ("pbkv", "conservative"); prefetching needs the pbkv family's forecasts."""
-    for suffix, mode in PREFETCH_SUFFIXES.items():
-        if name.endswith(suffix):
-            base = name[: -len(suffix)]
-            if not (base == "pbkv" or base.startswith("pbkv/")):
-                raise PolicyConfigError(f"{name!r}: prefetching ({suffix}) works with pbkv policies only")
-            return base, mode
-    return name, None
+def request_tags(request: Request, enc: EncodedRequest) -> Tags:
+    """A trace request's tags, as the server would hand them to the policy (the trace's agent is its identity)."""
+    return Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len)
 
 
 @dataclass
@@ -109,28 +78,23 @@ class PreparedTrace:
 
 def build_replay_cache(
     prepared: PreparedTrace,
-    name: str,
+    spec: PolicySpec,
     capacity: int,
     host_capacity: int,
     predictor: Predictor | None,
     registry: WorkflowRegistry,
     next_use: Callable[[Any], float],
 ) -> ReplayCache:
-    """The cache a policy name asks for: ours ordering eviction, or SGLang's built-in with ours keeping tags."""
-    base = split_prefetch(name)[0]
-    builtin = base if base in BUILTIN_STRATEGIES and base not in POLICIES else None
-    if builtin is not None:
-        policy = LRUPolicy(registry)  # keeps tags for the statistics; SGLang's strategy orders eviction
-    else:
-        policy = make_policy(
-            base, registry=registry, call_graph=prepared.trace.meta.call_graph, predictor=predictor, next_use=next_use
-        )
-    return ReplayCache(capacity, policy, builtin, host_capacity)
+    """The cache a policy asks for: ours ordering eviction, or SGLang's built-in with ours keeping tags."""
+    policy = make_policy(
+        spec, registry=registry, call_graph=prepared.trace.meta.call_graph, predictor=predictor, next_use=next_use
+    )
+    return ReplayCache(capacity, policy, spec.name if spec.builtin else None, host_capacity)
 
 
 def replay_policy(
     prepared: PreparedTrace,
-    name: str,
+    policy_spec: PolicySpec | str,
     capacity: int,
     *,
     host_capacity: int = 0,
@@ -146,10 +110,11 @@ def replay_policy(
     def next_use(node: Any) -> float:
         return prepared.next_use.next_use(node.key.token_ids[0], current)
 
-    cache = build_replay_cache(prepared, name, capacity, host_capacity, predictor, registry, next_use)
+    spec = as_spec(policy_spec)
+    cache = build_replay_cache(prepared, spec, capacity, host_capacity, predictor, registry, next_use)
     policy = cache.policy
-    mode = split_prefetch(name)[1]
-    result = ReplayResult(policy=name, capacity=capacity, host_capacity=host_capacity)
+    mode = spec.prefetch
+    result = ReplayResult(policy=spec.text, capacity=capacity, host_capacity=host_capacity)
     last_ts = 0.0
     window = max(1, len(prepared.requests) // TIMELINE_POINTS)
     window_prompt = window_hit = 0
@@ -157,7 +122,7 @@ def replay_policy(
     index = 0
     for event in prepared.trace.events:
         if isinstance(event, End):
-            policy.on_end(event.workflow, event.ts)
+            policy.on_end(WorkflowKey("", event.workflow), event.ts)
             continue
         current = index
         enc = prepared.encoded[index]
@@ -165,7 +130,7 @@ def replay_policy(
         if mode is not None:  # before the request is known: the forecasts see only the past
             result.prefetched_tokens += prefetch_step(cache, policy, mode, event.ts - last_ts, event.ts, cost)
         last_ts = event.ts
-        tags = RequestTags(event.workflow, event.agent, enc.fixed_len)
+        tags = request_tags(event, enc)
         policy.on_request(tags, event.ts)
         served = cache.serve(enc, tags, event.ts)
         cache.remember_fixed_prompt(event.agent, enc)
@@ -229,7 +194,7 @@ def fill_gap_closed(results: Sequence[ReplayResult]) -> None:
 
 def replay(
     trace: Trace,
-    policies: Sequence[str],
+    policies: Sequence[PolicySpec | str],
     capacities: Sequence[int],
     *,
     host_capacity: int = 0,
@@ -239,10 +204,11 @@ def replay(
     on_request: Callable[[], None] | None = None,
 ) -> list[ReplayResult]:
     prepared = PreparedTrace(trace)
+    specs = [as_spec(p) for p in policies]
     results = [
         replay_policy(
             prepared,
-            name,
+            spec,
             capacity,
             host_capacity=host_capacity,
             predictor=predictor_factory(),
@@ -251,7 +217,7 @@ def replay(
             on_request=on_request,
         )
         for capacity in capacities
-        for name in policies
+        for spec in specs
     ]
     fill_gap_closed(results)
     return results

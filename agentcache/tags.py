@@ -1,0 +1,187 @@
+"""The tags of an LLM request, one type from the SDK to the policy, and their wire format (version 1).
+
+A client puts them in the request body's ``custom_params`` (``/v1/chat/completions``
+top level; ``/generate`` under ``sampling_params``) under one key:
+
+    "custom_params": {"agentcache": {"v": 1, "workflow": "wf-42", "agent": "a:3f9c...",
+                                     "agent_name": "coder", "fixed_messages": 2}}
+
+The object is flat (one level of scalars) because SGLang's msgpack IPC mode
+cannot carry nested containers inside ``custom_params``. The SDK writes
+:class:`Tags` with :meth:`Tags.to_wire`; the server's HTTP process reads them
+with :func:`parse`, resolves the fixed-prompt boundary to tokens and stamps the
+tenant and its clock (:meth:`Tags.to_stamped`); the scheduler reads that back
+with :func:`read_stamped` and hands the same type to the policy. Full
+reference: docs/wire-format.md.
+
+An agent is known by the name users know (the framework's node, agent or role
+name, ``agent_name``) wherever the SDK knows one, and by the fingerprint of its
+fixed prompt (``agent``) otherwise: :attr:`Tags.identity`. The recorder, call
+graphs, trained models and the live server all use that identity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+KEY = "agentcache"
+VERSION = 1
+MAX_ID_CHARS = 256
+MAX_FIXED = 1 << 24
+
+# Header carrying the same tags where a proxy drops body fields (sglang-router forwards x-request-id-*).
+HEADER = "x-request-id-agentcache"
+
+_CLIENT_FIELDS = ("workflow", "agent", "agent_name", "fixed_messages", "fixed_tokens", "fixed_chars")
+
+
+class WorkflowKey(NamedTuple):
+    """A workflow as the server knows it: the tenant that owns it and the id its client gave it.
+
+    Ids are scoped per tenant, so one tenant can never read or end another's workflow.
+    """
+
+    tenant: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.id}" if self.tenant else self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Tags:
+    """The tags of one request."""
+
+    workflow: str
+    agent: str  # the fingerprint of the agent's fixed prompt (a trace may use a name here)
+    agent_name: str | None = None  # the framework's name for the agent, when the SDK knows it
+    fixed_messages: int | None = None  # chat: how many leading messages (after tools) are the fixed prompt
+    fixed_tokens: int | None = None  # token offset of the fixed-prompt boundary (server-resolved, or /generate ids)
+    fixed_chars: int | None = None  # /generate with text: characters of the fixed prompt
+    # Set by the server, never taken from a client:
+    tenant: str = ""  # from the request's credentials
+    ts: float | None = None  # the HTTP process's clock when it accepted the request: the policy clock
+
+    @property
+    def key(self) -> WorkflowKey:
+        return WorkflowKey(self.tenant, self.workflow)
+
+    @property
+    def identity(self) -> str:
+        """The agent as the policy, the forecasters and the recorder know it: its name, else its fingerprint."""
+        return self.agent_name or self.agent
+
+    @property
+    def fixed(self) -> int:
+        """The fixed-prompt boundary in tokens (0: none known)."""
+        return self.fixed_tokens or 0
+
+    def to_wire(self) -> dict[str, Any]:
+        """The client's object (no server-set fields)."""
+        out: dict[str, Any] = {"v": VERSION}
+        for name in _CLIENT_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def to_stamped(self) -> dict[str, Any]:
+        """What the HTTP process hands the scheduler: the client's fields, the tenant and the clock."""
+        return {**self.to_wire(), "tenant": self.tenant, "ts": self.ts}
+
+    def replace(self, **changes: Any) -> Tags:
+        return replace(self, **changes)
+
+
+class Untagged(NamedTuple):
+    """A request the scheduler serves untagged, with the tenant it came from and why (None: it had no tags)."""
+
+    tenant: str
+    reason: str | None = None
+
+
+def untagged_marker(tenant: str, reason: str | None = None) -> dict[str, Any]:
+    """The HTTP process's note to the scheduler about a request without (valid) tags."""
+    return {"tenant": tenant, "invalid": reason} if reason else {"tenant": tenant, "untagged": True}
+
+
+class TagError(ValueError):
+    """Tags that break the format. `reason` is a short stable code (for counters), the message says what."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+def _id(obj: Mapping[str, Any], name: str, required: bool) -> str | None:
+    value = obj.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TagError(f"bad_{name}", f"'{name}' must be a non-empty string, got {type(value).__name__}")
+    if len(value) > MAX_ID_CHARS:
+        raise TagError(f"bad_{name}", f"'{name}' is {len(value)} characters (at most {MAX_ID_CHARS})")
+    if not value.isprintable():
+        raise TagError(f"bad_{name}", f"'{name}' contains non-printable characters")
+    return value
+
+
+def _count(obj: Mapping[str, Any], name: str) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FIXED:
+        raise TagError(f"bad_{name}", f"'{name}' must be an integer in [0, {MAX_FIXED}], got {value!r}")
+    return value
+
+
+def parse(obj: Any) -> Tags:
+    """Validate a client's wire object; raises TagError naming what is wrong. Server-set fields are ignored."""
+    if not isinstance(obj, Mapping):
+        raise TagError("not_an_object", f"tags must be a JSON object, got {type(obj).__name__}")
+    version = obj.get("v")
+    if version != VERSION or isinstance(version, bool):
+        raise TagError("bad_version", f"unsupported tag version {version!r} (this server speaks {VERSION})")
+    for key, value in obj.items():
+        if isinstance(value, (dict, list, tuple)):
+            raise TagError("nested", f"'{key}' is nested; tags are one flat level of scalars")
+    return Tags(
+        workflow=_id(obj, "workflow", True),  # type: ignore[arg-type]
+        agent=_id(obj, "agent", True),  # type: ignore[arg-type]
+        agent_name=_id(obj, "agent_name", False),
+        fixed_messages=_count(obj, "fixed_messages"),
+        fixed_tokens=_count(obj, "fixed_tokens"),
+        fixed_chars=_count(obj, "fixed_chars"),
+    )
+
+
+def read_stamped(obj: Any) -> Tags | Untagged:
+    """The scheduler's reading of what the HTTP process wrote (:meth:`Tags.to_stamped` or an untagged marker).
+
+    A request that did not pass the HTTP process's intake (none does, short of a bug) counts as
+    untagged with the reason its tags would have had.
+    """
+    if not isinstance(obj, Mapping):
+        return Untagged("", "not_an_object" if obj is not None else None)
+    tenant = obj.get("tenant") if isinstance(obj.get("tenant"), str) else ""
+    if "invalid" in obj:
+        return Untagged(tenant, str(obj["invalid"]))
+    if obj.get("untagged"):
+        return Untagged(tenant)
+    try:
+        tags = parse(obj)
+    except TagError as exc:
+        return Untagged(tenant, exc.reason)
+    ts = obj.get("ts")
+    ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
+    return replace(tags, tenant=tenant, ts=ts)
+
+
+def find(custom_params: Any) -> Any:
+    """The raw tag object inside a request's custom_params, or None when untagged."""
+    if isinstance(custom_params, Mapping):
+        return custom_params.get(KEY)
+    return None
