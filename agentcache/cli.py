@@ -346,11 +346,13 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     d = DemoOptions()
     p = sub.add_parser(
         "demo",
-        help="run concurrent multi-agent workflows against the bundled server, lru vs pbkv",
-        description="Start the bundled SGLang server (CPU dev mode without a GPU) once per policy, run the same "
-        "concurrent multi-agent workflows through the agentcache SDK, and compare hit rate and latency.",
+        help="run concurrent multi-agent workflows against the bundled server, lru vs pbkv, measured fairly",
+        description="Start the bundled SGLang server (CPU dev mode without a GPU) fresh for every policy and "
+        "repetition, warm it up, run the same concurrent multi-agent workflows through the agentcache SDK "
+        "(policies in alternating order), and compare hit rate and latency as medians over the repetitions.",
     )
     p.add_argument("--policies", default=",".join(d.policies), help="comma-separated (default %(default)s)")
+    p.add_argument("--repeat", type=int, default=d.repeat, help="repetitions per policy (default %(default)s)")
     p.add_argument("--workflows", type=int, default=d.workflows, help="(default %(default)s)")
     p.add_argument("--concurrency", type=int, default=d.concurrency, help="workflows in flight (default %(default)s)")
     p.add_argument(
@@ -363,25 +365,31 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="end with one JSON line: {policy: {hit_rate, mean_latency_s, p90_latency_s, requests}}",
+        help="end with one JSON line: {policy: {hit_rate, mean_latency_s, p90_latency_s, requests}}, medians",
     )
     p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from agentcache.demo import DemoOptions, run_demo
+    from agentcache.bench import BenchError
+    from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
+    from agentcache.policy import PolicyConfigError, parse_policies
 
-    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    if not policies:
-        raise UsageError("--policies: give at least one policy")
-    if args.workflows < 1 or args.concurrency < 1:
-        raise UsageError("--workflows and --concurrency must be >= 1")
+    try:
+        policies = tuple(spec.text for spec in parse_policies(args.policies))
+    except PolicyConfigError as exc:
+        raise UsageError(f"--policies: {exc}") from None
+    if args.workflows < 1 or args.concurrency < 1 or args.repeat < 1:
+        raise UsageError("--workflows, --concurrency and --repeat must be >= 1")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-demo-")
     console.print(f"[dim]server logs: {log_dir}[/dim]")
     opts = DemoOptions(
         policies=policies,
+        repeat=args.repeat,
         workflows=args.workflows,
         concurrency=args.concurrency,
         capacity=args.capacity,
@@ -390,27 +398,42 @@ def _run_demo(args: argparse.Namespace) -> int:
         model_path=args.model_path,
         log_dir=log_dir,
     )
-    results = run_demo(opts, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    table = Table(title=f"{args.workflows} concurrent multi-agent workflows, KV capacity {args.capacity} tokens")
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed} answers"),
+        TimeElapsedColumn(),
+    )
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("demo", total=None)
+            runs = run_demo(
+                opts,
+                stage=lambda text: progress.update(task, description=text),
+                answered=lambda: progress.advance(task),
+            )
+    except BenchError as exc:
+        raise UsageError(f"{exc} (server logs: {log_dir})") from None
+    results = summarize(runs)
+    title = (
+        f"{args.workflows} concurrent multi-agent workflows, KV capacity {args.capacity} tokens, "
+        f"medians over {args.repeat} repetitions in alternating order"
+    )
+    table = Table(title=escape(title))
     for column in ("policy", "hit rate", "mean latency (s)", "p90 latency (s)", "requests"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for policy, r in results.items():
+        mine = [run.mean_latency_s for run in runs if run.policy == policy]
         table.add_row(
             policy,
             f"{r['hit_rate']:.1%}",
-            f"{r['mean_latency_s']:.2f}",
+            escape(f"{r['mean_latency_s']:.2f} [{min(mine):.2f}-{max(mine):.2f}]"),
             f"{r['p90_latency_s']:.2f}",
-            str(r["requests"]),
+            f"{r['requests']:.0f}",
         )
     Console().print(table)
-    if "lru" in results and len(results) > 1:
-        base = results["lru"]
-        for policy, r in results.items():
-            if policy != "lru" and r["mean_latency_s"]:
-                Console().print(
-                    f"{policy}: {r['hit_rate'] / max(base['hit_rate'], 1e-9):.2f}x the hit rate of lru, "
-                    f"{base['mean_latency_s'] / r['mean_latency_s']:.2f}x faster on mean latency"
-                )
+    for line in ratio_lines(runs):
+        Console().print(line, soft_wrap=True, markup=False)
     if args.json:
         print(json.dumps(results))
     return 0
@@ -438,7 +461,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="lru,lfu,slru,pbkv", help="comma-separated (default %(default)s)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
     p.add_argument("--workflows", type=int, help="use the trace's first N workflows (default: all)")
-    p.add_argument("--capacity", type=int, help="server KV capacity in tokens (default: 4x the mean prompt)")
+    p.add_argument("--capacity", type=int, help="server KV capacity in tokens (default: 6x the mean prompt)")
     p.add_argument(
         "--token-scale", type=float, default=0.35, help="scale segment sizes; CPU prefill is slow (default %(default)s)"
     )
@@ -462,6 +485,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -511,13 +535,15 @@ def _run_bench(args: argparse.Namespace) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("bench", total=len(trace.requests) * len(policies) * args.repeat)
             runs, capacity = bench_trace(
                 trace,
                 opts,
                 token_scale=args.token_scale,
                 time_scale=args.time_scale,
                 max_new_tokens=args.max_new_tokens,
-                progress=progress,
+                stage=lambda text: progress.update(task, description=text),
+                answered=lambda: progress.advance(task),
             )
     except BenchError as exc:
         raise UsageError(f"{exc} (server logs: {log_dir})") from None
@@ -541,10 +567,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         cells = [
             f"{r[k]['median']:.2f} [{r[k]['min']:.2f}-{r[k]['max']:.2f}]" for k in ("ttft_s", "latency_s", "makespan_s")
         ]
-        table.add_row(policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *cells)
+        table.add_row(policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *map(escape, cells))
     Console().print(table)
     for line in comparisons(runs):
-        Console().print(line, soft_wrap=True)
+        Console().print(line, soft_wrap=True, markup=False)
     if args.plot:
         plot(runs, args.plot, title=f"{name}: {len(trace.requests)} requests x {args.repeat} repetitions")
     if args.json:

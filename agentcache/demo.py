@@ -6,18 +6,28 @@ server: a code assistant with a test-and-retry loop (planner, coder, tester,
 analyzer) and a fact checker whose retriever spawns further retrievals before
 a verifier decides (and sometimes sends it back). The model is random-weight,
 so the apps' branches are decided by a seeded random generator: both policies
-see exactly the same workflows. The server runs once with `lru` and once with
-`pbkv`; the table compares hit rate and request latency.
+see exactly the same workflows.
+
+It runs on the live benchmark's footing (agentcache/bench.py): a fresh server
+per policy and repetition, warmed up, policies in alternating order, medians
+over repetitions with their spread. `lru` is plain SGLang (its default) running
+the apps without agentcache; `pbkv` is the plugin with the decorated apps, whose
+end events all reach the server before it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentcache.bench import BenchError, BenchOptions, Run, Sent, measure, paired_ratios, runs_on_plain_sglang
+from agentcache.policy import PolicySpec
 
 WORDS = (
     "agent plan code test review tool schema result error retry analyze verify claim evidence search passage "
@@ -48,13 +58,6 @@ def _system_prompt(role: str, words: int) -> str:
 
 
 @dataclass
-class RequestRecord:
-    latency_s: float
-    prompt_tokens: int
-    cached_tokens: int
-
-
-@dataclass
 class DemoApps:
     """The two apps; every LLM call goes through `chat`, which records latency and cached tokens."""
 
@@ -64,26 +67,42 @@ class DemoApps:
     tool_words: int = 60
     max_tokens: int = 8
     tool_pause_s: float = 0.4
-    records: list[RequestRecord] = field(default_factory=list)
+    records: list[Sent] = field(default_factory=list)
+    on_answer: Callable[[], None] | None = None
 
     async def chat(self, role: str, history: list[dict[str, str]]) -> str:
+        """One streamed call: time to the first token, latency, and the server's own token counts."""
         import agentcache_sdk as ac
 
         messages = [{"role": "system", "content": _system_prompt(role, self.system_words)}, *history]
         start = time.perf_counter()
+        first = None
+        text: list[str] = []
+        usage = None
         with ac.agent_name(role):
-            response = await self.client.chat.completions.create(
+            stream = await self.client.chat.completions.create(
                 model=self.model,
                 messages=messages,
                 max_tokens=self.max_tokens,
                 temperature=0,
                 tools=TOOLS,
+                stream=True,
+                stream_options={"include_usage": True},
             )
-        usage = response.usage
+            async for chunk in stream:
+                if chunk.choices and first is None:
+                    first = time.perf_counter()
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text.append(chunk.choices[0].delta.content)
+                usage = chunk.usage or usage
+        done = time.perf_counter()
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", 0) or 0
-        self.records.append(RequestRecord(time.perf_counter() - start, usage.prompt_tokens, cached))
-        return response.choices[0].message.content or ""
+        prompt = usage.prompt_tokens if usage is not None else 0
+        self.records.append(Sent((first or done) - start, done - start, prompt, cached))
+        if self.on_answer is not None:
+            self.on_answer()
+        return "".join(text)
 
     async def tool(self, rng: random.Random, history: list[dict[str, str]], name: str) -> None:
         await asyncio.sleep(self.tool_pause_s * rng.uniform(0.5, 1.5))
@@ -118,8 +137,8 @@ class DemoApps:
                 break
 
 
-async def run_workflows(apps: DemoApps, workflows: int, concurrency: int, seed: int) -> None:
-    """Run `workflows` app runs, `concurrency` at a time, each one agentcache workflow."""
+async def run_workflows(apps: DemoApps, workflows: int, concurrency: int, seed: int, *, tagged: bool = True) -> None:
+    """Run `workflows` app runs, `concurrency` at a time, each one agentcache workflow (untagged: plain apps)."""
     import agentcache_sdk as ac
 
     semaphore = asyncio.Semaphore(concurrency)
@@ -127,29 +146,19 @@ async def run_workflows(apps: DemoApps, workflows: int, concurrency: int, seed: 
     async def one(i: int) -> None:
         async with semaphore:
             app = apps.code_assistant if i % 2 == 0 else apps.fact_checker
-            async with ac.workflow(name="demo"):
+            async with ac.workflow(name="demo") if tagged else contextlib.nullcontext():
                 await app(seed * 1000 + i)
 
     await asyncio.gather(*(one(i) for i in range(workflows)))
 
 
-def summarize(records: list[RequestRecord]) -> dict[str, float | int]:
-    latencies = sorted(r.latency_s for r in records)
-    prompt = sum(r.prompt_tokens for r in records)
-    return {
-        "requests": len(records),
-        "hit_rate": sum(r.cached_tokens for r in records) / prompt if prompt else 0.0,
-        "mean_latency_s": statistics.fmean(latencies) if latencies else 0.0,
-        "p90_latency_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))] if latencies else 0.0,
-    }
-
-
 @dataclass
 class DemoOptions:
     policies: tuple[str, ...] = ("lru", "pbkv")
-    workflows: int = 12
+    repeat: int = 3
+    workflows: int = 8
     concurrency: int = 4
-    capacity: int = 9000  # KV tokens: well below the working set, so the policy matters
+    capacity: int = 6000  # KV tokens: well below the working set, so the policy matters
     seed: int = 0
     port: int = 30000
     model_path: str | None = None
@@ -157,31 +166,73 @@ class DemoOptions:
     log_dir: str | None = None
 
 
-def run_demo(opts: DemoOptions, progress: Any = None) -> dict[str, dict[str, float | int]]:
-    """Start the server once per policy, run the same workflows, return the summary per policy."""
+END_EVENTS_TIMEOUT_S = 30.0
+
+
+def run_demo(
+    opts: DemoOptions, stage: Callable[[str], None] = lambda _: None, answered: Callable[[], None] | None = None
+) -> list[Run]:
+    """Every policy and repetition on a fresh, warmed-up server, the same workflows each time."""
     import openai
 
     import agentcache_sdk as ac
-    from agentcache.server_ext.launcher import ServeOptions, Server
+    from agentcache.bench import vocab_size_of
+    from agentcache.server_ext.launcher import ensure_model
 
-    results: dict[str, dict[str, float | int]] = {}
-    for policy in opts.policies:
-        serve = ServeOptions(
-            model_path=opts.model_path,
-            model_size=opts.model_size,
-            policy=policy,
-            port=opts.port,
-            max_total_tokens=opts.capacity,
-            log_path=f"{opts.log_dir}/server-{policy}.log" if opts.log_dir else None,
+    model = ensure_model(opts.model_path, opts.model_size)
+
+    def run_apps(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
+        tagged = not runs_on_plain_sglang(spec)  # plain SGLang serves the apps as they are, without agentcache
+        ac.configure(base_url=base_url)
+        client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0)
+        apps = DemoApps(client, model="default", on_answer=answered)
+        started = time.monotonic()
+        asyncio.run(run_workflows(apps, opts.workflows, opts.concurrency, opts.seed, tagged=tagged))
+        makespan = time.monotonic() - started
+        if tagged and not ac.flush(END_EVENTS_TIMEOUT_S):  # every end event reaches the server before it stops
+            raise BenchError(f"end events still unsent after {END_EVENTS_TIMEOUT_S:.0f} s")
+        return apps.records, makespan
+
+    bench = BenchOptions(
+        policies=tuple(PolicySpec.parse(p) for p in opts.policies),
+        repeat=opts.repeat,
+        capacity=opts.capacity,
+        model_path=model,
+        model_size=opts.model_size,
+        port=opts.port,
+        log_dir=opts.log_dir,
+    )
+    return measure(
+        bench, run_apps, capacity=opts.capacity, vocab_size=vocab_size_of(model), warmup_tokens=600, stage=stage
+    )
+
+
+def summarize(runs: list[Run]) -> dict[str, dict[str, float | int]]:
+    """Per policy, medians over its repetitions (the keys of `agentcache demo --json`)."""
+    out: dict[str, dict[str, float | int]] = {}
+    for policy in dict.fromkeys(r.policy for r in runs):
+        mine = [r for r in runs if r.policy == policy]
+        out[policy] = {
+            "hit_rate": statistics.median(r.hit_rate for r in mine),
+            "mean_latency_s": statistics.median(r.mean_latency_s for r in mine),
+            "p90_latency_s": statistics.median(r.p90_latency_s for r in mine),
+            "requests": statistics.median(len(r.sent) for r in mine),
+            "runs": len(mine),
+        }
+    return out
+
+
+def ratio_lines(runs: list[Run], baseline: str = "lru") -> list[str]:
+    """Each policy against the baseline: medians of per-repetition ratios, with their range."""
+    lines = []
+    for policy in dict.fromkeys(r.policy for r in runs):
+        if policy == baseline or baseline not in {r.policy for r in runs}:
+            continue
+        hit = paired_ratios(runs, policy, baseline, "hit_rate")
+        speed = [1.0 / x for x in paired_ratios(runs, policy, baseline, "mean_latency_s")]
+        lines.append(
+            f"{policy}: {statistics.median(hit):.2f}x the hit rate of {baseline} [{min(hit):.2f}-{max(hit):.2f}], "
+            f"{statistics.median(speed):.2f}x faster on mean latency [{min(speed):.2f}-{max(speed):.2f}] "
+            f"(medians of {len(speed)} per-repetition ratios, [min-max])"
         )
-        if progress:
-            progress(f"starting SGLang with policy {policy}")
-        with Server(serve) as server:
-            ac.configure(base_url=server.base_url)
-            client = openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none")
-            apps = DemoApps(client, model="default")
-            if progress:
-                progress(f"running {opts.workflows} workflows with policy {policy}")
-            asyncio.run(run_workflows(apps, opts.workflows, opts.concurrency, opts.seed))
-            results[policy] = summarize(apps.records)
-    return results
+    return lines

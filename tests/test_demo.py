@@ -1,4 +1,4 @@
-"""The main job, `agentcache demo`, run as the README runs it (small: one policy, two workflows)."""
+"""The main job, `agentcache demo`, run as the README runs it (small: one repetition, two workflows)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
         "agentcache.cli",
         "demo",
         "--policies",
-        "pbkv",
+        "lru,pbkv",
+        "--repeat",
+        "1",
         "--workflows",
         "2",
         "--port",
@@ -32,10 +34,16 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert list(summary) == ["pbkv"]
-    pbkv = summary["pbkv"]
-    assert pbkv["requests"] >= 2 * 3, "every workflow makes several LLM calls"
-    assert 0.0 < pbkv["hit_rate"] < 1.0, "later calls reuse the agents' fixed prompts"
-    assert pbkv["mean_latency_s"] > 0
-    assert "ready to roll" in (logs / "server-pbkv.log").read_text(), "the server's log went to --log-dir, not stdout"
+    assert list(summary) == ["lru", "pbkv"]
+    for r in summary.values():
+        assert {"hit_rate", "mean_latency_s", "p90_latency_s", "requests"} <= set(r)
+        assert r["requests"] >= 2 * 3, "every workflow makes several LLM calls"
+        assert 0.0 < r["hit_rate"] < 1.0, "later calls reuse the agents' fixed prompts"
+        assert r["mean_latency_s"] > 0
+    assert summary["lru"]["requests"] == summary["pbkv"]["requests"], "both policies served the same workflows"
+    assert "ready to roll" in (logs / "pbkv-1.log").read_text(), "the server's log went to --log-dir, not stdout"
+    assert "'radix_cache_backend': None" in (logs / "lru-1.log").read_text(), "lru is plain SGLang, as users run it"
     assert "Prefill batch" not in done.stdout
+    assert "pbkv: " in done.stdout and "x faster on mean latency" in done.stdout
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "could not" in line.lower()]
+    assert not errors, errors
