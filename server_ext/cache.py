@@ -119,6 +119,12 @@ class AgentCache(UnifiedRadixCache):
         self.policy.on_request(tags, self.now)
         self.workflows.on_request(tags.key, tags.agent_name, tags.agent)
 
+    def admitted(self, req: Any) -> None:
+        """SGLang admitted the request to a prefill batch and holds its matched prefix."""
+        tags = self._requests.get(req.rid)
+        if tags is not None:
+            self.policy.on_admit(tags)
+
     def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
         tags = self._requests.get(req.rid)

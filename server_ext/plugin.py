@@ -142,6 +142,18 @@ def _observe_request(req, scheduler, *args, **kwargs):  # noqa: ANN001 - AFTER h
     return None
 
 
+def _report_admission(result, adder, req, *args, **kwargs):  # noqa: ANN001 - AFTER hook on PrefillAdder._commit_prefill_admission
+    from agentcache.server_ext.cache import AgentCache
+
+    cache = getattr(adder, "tree_cache", None)
+    if isinstance(cache, AgentCache):
+        try:
+            cache.admitted(req)
+        except Exception:  # bookkeeping only: never let it break admission
+            logger.exception("agentcache: could not note the admission of request %s", getattr(req, "rid", "?"))
+    return None
+
+
 def _prefetch_when_idle(plan, scheduler, *args, **kwargs):  # noqa: ANN001 - AFTER hook on Scheduler.get_next_batch_to_run
     """Decode-only steps (or none) leave the host-to-device link idle: spend it on predicted cache."""
     from agentcache.server_ext.cache import AgentCache
@@ -186,4 +198,9 @@ def _register_worker() -> None:
     )
     HookRegistry.register(
         "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _prefetch_when_idle, HookType.AFTER
+    )
+    HookRegistry.register(
+        "sglang.srt.managers.schedule_policy.PrefillAdder._commit_prefill_admission",
+        _report_admission,
+        HookType.AFTER,
     )

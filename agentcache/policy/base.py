@@ -7,10 +7,11 @@ engine adapter attaches to each node. An adapter (the SGLang plugin, the
 replay benchmark) does four things:
 
 1. ``policy.on_request(tags, now)`` when a tagged request arrives;
-2. ``policy.tag_path(nodes, tags, now, matched_tokens)`` with the radix path the
+2. ``policy.on_admit(tags)`` when the engine admits it (holds its matched prefix);
+3. ``policy.tag_path(nodes, tags, now, matched_tokens)`` with the radix path the
    request matched and inserted, root first;
-3. ``policy.on_end(workflow, now)`` on a workflow's end event;
-4. ``policy.priority(node)`` as the engine's eviction key (smallest first).
+4. ``policy.on_end(workflow, now)`` on a workflow's end event;
+5. ``policy.priority(node)`` as the engine's eviction key (smallest first).
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ class CachePolicy(ABC):
         for state in expired:
             self._retire(state)
         return len(expired)
+
+    def on_admit(self, tags: Tags) -> None:
+        """The engine admitted the request `tags` came with: its matched prefix is held until it finishes."""
 
     def on_end(self, workflow: WorkflowKey, now: float) -> bool:
         """Apply an end event; False when the workflow was not active."""

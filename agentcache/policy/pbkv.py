@@ -30,12 +30,20 @@ switchable ingredients (see docs/policy.md for what each one is worth):
 - cost: the score is multiplied by what a miss of c costs per token held
   (recompute with its context-length term, or a reload when c has a host copy);
 - fallback: nodes no forecast values (tagged by no active workflow's agents,
-  or untagged) are ordered by their observed read frequency, then recency.
+  or untagged) are ordered by their observed read frequency, then recency;
+- pending: a request that has arrived but is not served yet (queued behind
+  others on a busy server) reads its agent's cache for certain: that agent
+  counts one read at step 0 for its workflow until the engine admits the
+  request (and holds its prefix). The forecasts have already moved past it,
+  to what comes after; the replay admits each request as it arrives, so only
+  a live server queues.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy.base import CacheNode, CachePolicy, NodeTags, node_tokens, tags_of
@@ -58,6 +66,7 @@ class Ingredients:
     evidence: bool = True
     cost: bool = False
     fallback: bool = True
+    pending: bool = True
 
 
 DEFAULT_ORDER = 3
@@ -74,6 +83,7 @@ PAPER = Ingredients(
     evidence=False,
     cost=False,
     fallback=False,
+    pending=False,
 )
 
 
@@ -108,6 +118,7 @@ class PBKVPolicy(CachePolicy):
         self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
         self._weights: dict[WorkflowKey, float] = {}  # workflow -> timing weight phi_w
         self._demand: dict[str, float] = {}  # D(a) = sum over active workflows of phi_w v_w(a) (+ arrivals)
+        self._pending: dict[WorkflowKey, str] = {}  # workflow -> the agent of its request not served yet
         self._refreshed = (-1, -1.0)
 
     # -- learning
@@ -129,7 +140,19 @@ class PBKVPolicy(CachePolicy):
             if self._last_start is not None:
                 self.arrival_gap = _ewma(self.arrival_gap, now - self._last_start)
             self._last_start = now
-        return super().on_request(tags, now)
+        state = super().on_request(tags, now)
+        if self.ingredients.pending:
+            self._pending[state.id] = tags.identity
+        return state
+
+    def on_admit(self, tags: Tags) -> None:
+        if self._pending.get(tags.key) == tags.identity:  # its prefix is held now: eviction cannot take it
+            del self._pending[tags.key]
+            self.registry.version += 1  # the demand changes
+
+    def tag_path(self, path: Sequence[Any], tags: Tags, now: float, matched_tokens: int) -> None:
+        super().tag_path(path, tags, now, matched_tokens)
+        self.on_admit(tags)  # served, in case its admission went unreported
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.predictor.observe(state.path[:-1], state.agent)
@@ -141,6 +164,7 @@ class PBKVPolicy(CachePolicy):
         self.predictor.observe(state.path, END)
         self._values.pop(state.id, None)
         self._next.pop(state.id, None)
+        self._pending.pop(state.id, None)
 
     def coverages(self) -> list[AgentCoverage]:
         return [self.predictor.coverage]
@@ -223,6 +247,9 @@ class PBKVPolicy(CachePolicy):
             if values and self.ingredients.fixed_by_forecast:
                 for agent, v in values.items():
                     demand[agent] = demand.get(agent, 0.0) + weight * v
+        if self.ingredients.fixed_by_forecast:
+            for agent in self._pending.values():
+                demand[agent] = demand.get(agent, 0.0) + 1.0
         self._demand = demand
 
     # -- ranking
@@ -236,17 +263,20 @@ class PBKVPolicy(CachePolicy):
         fixed = t.fixed_agents if self.ingredients.fixed_by_forecast else ()
         total = sum(self._demand.get(agent, 0.0) for agent in fixed)
         current_only = self.ingredients.current_paths
+        pending = self._pending
         for workflow, agents in t.workflows.items():
             weight = self._weights.get(workflow)
             if weight is None:  # not active
                 continue
             values = self._values.get(workflow)
-            if values:
-                total += weight * sum(
-                    values.get(a, 0.0)
-                    for a, stamp in agents.items()
-                    if a not in fixed and (not current_only or self.on_current_path(workflow, a, stamp))
-                )
+            waiting = pending.get(workflow)
+            for a, stamp in agents.items():
+                if a in fixed or (current_only and not self.on_current_path(workflow, a, stamp)):
+                    continue
+                if values:
+                    total += weight * values.get(a, 0.0)
+                if a == waiting:
+                    total += 1.0
         return total
 
     def priority(self, node: CacheNode) -> tuple:

@@ -187,6 +187,7 @@ class ReplayCache:
         hit, loaded, anchor = self._match(tokens, prompt_len)
         cached = hit + loaded
         lock = cache.lock(anchor)
+        self.policy.on_admit(tags)
         try:
             path = path_nodes(cache, anchor)
             prefetched = take_prefetched(path)
