@@ -1,6 +1,7 @@
 """The cost model: what serving a request costs, and what a cache miss costs; every constant in one place.
 
-A request's modelled latency (its share of the server's GPU time) is
+A request's modelled GPU time (its share of the server's GPU time; a sum of
+costs, not a latency) is
 
     prefill(new, ctx) + reload(host_hit) + decode(output)
     prefill(new, ctx) = new * LINEAR + ATTN * sum_{i=0}^{new-1} (ctx + i)
@@ -24,9 +25,16 @@ measured here (no GPU on the build machine):
 - RELOAD: 2 x 32 x 8 x 128 x 2 bytes = 131 kB of KV per token over PCIe at an
   effective 25 GB/s = 5.2e-6 s (PBKV's testbed had 20 GB/s).
 
+- STEP: one forward pass reads the weights once, whatever the batch: 16 GB at
+  3.35 TB/s is 4.8 ms, about 6 ms with overheads; a decode step costs that
+  plus KV_READ per token of context the batch attends to (131 kB per token at
+  3.35 TB/s = 3.9e-8 s), and a prefill batch costs at least that.
+
 So reloading a token costs about a sixth of recomputing it, and a long
 context makes recompute dearer still. The ratios, not the absolute seconds,
-are what comparisons between policies rest on.
+are what comparisons between policies rest on. The timed replay
+(agentcache/replay/serving.py) uses the step costs; docs/serving-model.md sets
+them beside published measurements.
 """
 
 from __future__ import annotations
@@ -40,11 +48,21 @@ class CostModel:
     attn_s: float = 1.06e-9  # prefill, per new token per token of context before it
     decode_s: float = 1.9e-4  # per generated token (a 6 ms step shared by a batch of 32)
     reload_s: float = 5.2e-6  # host -> device copy, per token
+    step_s: float = 6e-3  # one forward pass: the weights read once
+    kv_read_s: float = 3.9e-8  # a decode step, per token of context read
 
     def prefill_s(self, new_tokens: int, context: int) -> float:
         # sum_{i=0}^{new-1} (context + i) = new*context + new*(new-1)/2
         attended = new_tokens * context + new_tokens * (new_tokens - 1) / 2
         return new_tokens * self.linear_s + attended * self.attn_s
+
+    def prefill_batch_s(self, new_and_context: list[tuple[int, int]]) -> float:
+        """One prefill batch: its requests' compute, or one pass over the weights when that is more."""
+        return max(self.step_s, sum(self.prefill_s(new, context) for new, context in new_and_context))
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """One decode step of `batch` requests reading `context_tokens` tokens of KV in all."""
+        return self.step_s + self.kv_read_s * context_tokens if batch else 0.0
 
     def request_s(self, prompt: int, device_hit: int, host_hit: int, output: int) -> float:
         cached = device_hit + host_hit

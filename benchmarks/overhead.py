@@ -19,9 +19,9 @@ from rich.console import Console
 from suite import DOCS, mean_prompt
 
 from agentcache.cost import DEFAULT_COST
+from agentcache.engine.adapter import PolicyStrategy
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.replay.runner import PreparedTrace, replay_policy
-from agentcache.server_ext.adapter import PolicyStrategy
 from agentcache.workloads import DYNAMIC_FAMILIES, GenConfig, generate
 
 

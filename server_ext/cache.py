@@ -27,19 +27,20 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from agentcache import tags as tags_module
 from agentcache.cost import DEFAULT_COST
-from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
-from agentcache.policy.base import TAGS_ATTR
-from agentcache.policy.pbkv import PBKVPolicy
-from agentcache.server_ext.adapter import (
+from agentcache.engine.adapter import (
     FULL,
     TaggedFullComponent,
-    host_only_path,
+    cached_nodes,
+    held_by_class,
     install_policy,
-    mark_prefetched,
     path_nodes,
+    queue_prefetch,
     split_at,
     take_prefetched,
 )
+from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
+from agentcache.policy.base import TAGS_ATTR
+from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
 from agentcache.server_ext.records import TenantCounters, WorkflowRecords
@@ -173,22 +174,11 @@ class AgentCache(UnifiedRadixCache):
         budget = prefetch.budget(
             prefetch.CONSERVATIVE,
             self.token_to_kv_pool_allocator.available_size(),
-            self.held_by_class().get(NodeClass.RETIRED, 0),
+            held_by_class(self, policy).get(NodeClass.RETIRED, 0),
             PREFETCH_STEP_S,
             1.0 / DEFAULT_COST.reload_s,
         )
-
-        def host_only_tokens(node: Any) -> int:
-            if node.parent is None or not node.evicted or not node.backuped:
-                return 0
-            return sum(len(n.key) for n in host_only_path(node))
-
-        loaded = 0
-        for node in prefetch.plan(policy.prefetch_candidates(), budget, host_only_tokens):
-            host_only = host_only_path(node)
-            if self.load_back(node.id):
-                mark_prefetched(host_only)
-                loaded += sum(len(n.key) for n in host_only)
+        loaded = queue_prefetch(self, policy, budget)  # SGLang's next prefill batch completes the loads
         if loaded:
             self._count("prefetched_tokens", loaded, metric="tokens")
         return loaded
@@ -237,7 +227,7 @@ class AgentCache(UnifiedRadixCache):
         return {
             "policy": self.config.policy.text,
             "scope": "server",
-            "held_tokens": self.held_by_class(),
+            "held_tokens": held_by_class(self, self.policy),
             "active_workflows": len(registry),
             "retired_workflows": registry.retired_count,
             "expired_workflows": registry.expired_count,
@@ -288,26 +278,11 @@ class AgentCache(UnifiedRadixCache):
             "workflows": {k.id: v for k, v in self.workflows.items() if k.tenant == tenant},
         }
 
-    def _cached_nodes(self) -> Any:
-        stack = list(self.tree_core.root_node.children.values())
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            if not node.evicted:
-                yield node
-
-    def held_by_class(self) -> dict[str, int]:
-        """Device tokens held, per node class (retired, fixed, history, untagged)."""
-        held: Counter[str] = Counter()
-        for node in self._cached_nodes():
-            held[self.policy.classify(node)] += len(node.key)
-        return dict(held)
-
     def workflow_view(self, key: WorkflowKey) -> dict[str, Any]:
         """What the cache holds for one workflow: its record and the nodes it touched (a debugging view)."""
         nodes = tokens = fixed_tokens = 0
         agents: set[str] = set()
-        for node in self._cached_nodes():
+        for node in cached_nodes(self):
             tags = getattr(node, TAGS_ATTR, None)
             if tags is None or key not in tags.workflows:
                 continue

@@ -68,7 +68,7 @@ def test_the_replay_uses_sglangs_unified_radix_cache_and_our_strategy():
     from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    from agentcache.server_ext.adapter import PolicyStrategy
+    from agentcache.engine.adapter import PolicyStrategy
 
     cache = ReplayCache(1000, make_policy("pbkv"))
     assert type(cache.cache) is UnifiedRadixCache
@@ -79,7 +79,7 @@ def test_the_replay_uses_sglangs_unified_radix_cache_and_our_strategy():
 
 
 def test_node_boundaries_fall_at_the_fixed_prompt_and_the_prompt_and_tags_reach_nodes():
-    from agentcache.server_ext.adapter import path_nodes
+    from agentcache.engine.adapter import path_nodes
 
     policy = make_policy("lru")
     cache = ReplayCache(10_000, policy)

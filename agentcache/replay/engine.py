@@ -34,22 +34,36 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from agentcache.policy import CachePolicy, tags_of
-from agentcache.replay.tokens import EncodedRequest
-from agentcache.server_ext.adapter import (
+from agentcache.engine.adapter import (
     FULL,
     PREFETCHED_ATTR,
     TaggedFullComponent,
-    host_only_path,
+    held_by_class,
     install_policy,
-    mark_prefetched,
     path_nodes,
+    queue_prefetch,
     split_at,
     take_prefetched,
 )
+from agentcache.policy import CachePolicy, NodeClass
+from agentcache.replay.tokens import EncodedRequest
 from agentcache.tags import Tags
 
 WARMUP_WORKFLOW = "\x00warm-up"  # the pseudo workflow of warm-up requests (never active, never ended)
+
+
+class Admission(NamedTuple):
+    """A request admitted and not finished yet: its slots are allocated and its matched prefix is held."""
+
+    enc: EncodedRequest
+    tags: Tags
+    tokens: array
+    values: Any  # slot indices of prompt and output (the matched prefix's, then fresh ones)
+    lock: Any
+    hit_tokens: int
+    loaded_tokens: int
+    prefetched_tokens: int
+    owned: int  # leading tokens whose slots the tree owns (the matched prefix; the prompt once checkpointed)
 
 
 class ServeResult(NamedTuple):
@@ -179,64 +193,98 @@ class ReplayCache:
         cache.ready_to_load_host_cache()
         return match.device_prefix_len, loaded, match.best_match_node
 
-    def serve(self, enc: EncodedRequest, tags: Tags, now: float) -> ServeResult:
+    def admit(self, enc: EncodedRequest, tags: Tags) -> Admission | None:
+        """What SGLang's scheduler does when it admits a request to a prefill batch: match its prompt, hold
+        the matched prefix, and allocate slots for the rest (prompt and output), evicting what it must.
+
+        None when even an empty cache could not hold it (the scheduler would never admit it; counted).
+        """
         cache = self.cache
         tokens = array("q", enc.tokens)
-        prompt_len = enc.prompt_len
         kv_len = len(tokens) - 1  # the last generated token is never fed back, so it has no KV
-        hit, loaded, anchor = self._match(tokens, prompt_len)
+        hit, loaded, anchor = self._match(tokens, enc.prompt_len)
         cached = hit + loaded
         lock = cache.lock(anchor)
         self.policy.on_admit(tags)
-        try:
-            path = path_nodes(cache, anchor)
-            prefetched = take_prefetched(path)
-            need = kv_len - cached
-            if need > self.allocator.available_size() + cache.evictable_size():
-                # The scheduler would never admit it (its budget is free + evictable).
-                self.stats.oversized += 1
-                return ServeResult(0, 0, 0, admitted=False)
-            shortfall = need - self.allocator.available_size()
-            if shortfall > 0:
-                result = cache.evict_for_alloc(EvictParams(num_tokens=shortfall))
-                self.stats.evict_calls += 1
-                self.stats.evicted_tokens += result.num_tokens_evicted
-            fresh = self.allocator.alloc(need)
-            if fresh is None:
-                raise RuntimeError(
-                    f"allocation of {need} slots failed after eviction; the cache's accounting is broken"
-                )
-            prefix = cache.path_device_indices(anchor)[:cached]
-            values = torch.cat([prefix.to(torch.int64), fresh.to(torch.int64)])
-            key = RadixKey(tokens[:kv_len])
-            inserted = cache.insert(InsertParams(key=key, value=values, prev_prefix_len=cached, inserted_len=0))
-            split_at(cache, key, values, prompt_len, priority=1)
-            split_at(cache, key, values, enc.fixed_len)
-            self.policy.tag_path(path_nodes(cache, inserted.last_device_node), tags, now, cached)
-        finally:
+        prefetched = take_prefetched(path_nodes(cache, anchor))
+        need = kv_len - cached
+        if need > self.allocator.available_size() + cache.evictable_size():
             cache.unlock(lock)
+            self.stats.oversized += 1
+            return None
+        shortfall = need - self.allocator.available_size()
+        if shortfall > 0:
+            result = cache.evict_for_alloc(EvictParams(num_tokens=shortfall))
+            self.stats.evict_calls += 1
+            self.stats.evicted_tokens += result.num_tokens_evicted
+        fresh = self.allocator.alloc(need)
+        if fresh is None:
+            raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
+        prefix = cache.path_device_indices(anchor)[:cached]
+        values = torch.cat([prefix.to(torch.int64), fresh.to(torch.int64)])
+        return Admission(enc, tags, tokens, values, lock, hit, loaded, prefetched, cached)
+
+    def fits(self, enc: EncodedRequest) -> bool:
+        """Whether admitting `enc` now would find the slots it needs (free and evictable), as SGLang checks."""
+        key = RadixKey(array("q", enc.tokens[: enc.prompt_len - 1]))
+        matched, _node, _pinned = self.cache.tree_core.match_full_device_prefix(key)
+        return len(enc.tokens) - 1 - matched <= self.allocator.available_size() + self.cache.evictable_size()
+
+    def checkpoint(self, admission: Admission, now: float) -> Admission:
+        """What SGLang does once a request's prompt is computed (``cache_unfinished_req``): the prompt enters
+        the tree, where later requests can share it while this one decodes, and the hold moves to its end."""
+        cache, enc = self.cache, admission.enc
+        key = RadixKey(admission.tokens[: enc.prompt_len])
+        prompt_values = admission.values[: enc.prompt_len]
+        inserted = cache.insert(
+            InsertParams(key=key, value=prompt_values, prev_prefix_len=admission.owned, inserted_len=0)
+        )
+        split_at(cache, key, prompt_values, enc.fixed_len)
+        end = inserted.last_device_node
+        lock = cache.lock(end)
+        cache.unlock(admission.lock)
+        # Where another request inserted the same tokens first, the tree kept its slots (and freed ours).
+        values = torch.cat([cache.path_device_indices(end).to(torch.int64), admission.values[enc.prompt_len :]])
+        self.policy.tag_path(path_nodes(cache, end), admission.tags, now, 0)
+        return admission._replace(values=values, lock=lock, owned=enc.prompt_len)
+
+    def finish(self, admission: Admission, now: float) -> None:
+        """What SGLang does when the request finishes: insert prompt and output into the tree, node boundaries
+        at the prompt's end and at the fixed prompt's, release the held prefix, and tag the path."""
+        cache, enc = self.cache, admission.enc
+        key = RadixKey(admission.tokens[: len(admission.tokens) - 1])
+        cached = admission.hit_tokens + admission.loaded_tokens
+        try:
+            inserted = cache.insert(
+                InsertParams(key=key, value=admission.values, prev_prefix_len=admission.owned, inserted_len=0)
+            )
+            split_at(cache, key, admission.values, enc.prompt_len, priority=1)
+            split_at(cache, key, admission.values, enc.fixed_len)
+            self.policy.tag_path(path_nodes(cache, inserted.last_device_node), admission.tags, now, cached)
+        finally:
+            cache.unlock(admission.lock)
             if self.host_tier:
                 cache.check_hicache_events()  # the scheduler step: write-through and load acks
-        return ServeResult(hit, loaded, prefetched, admitted=True)
 
-    def prefetch(self, node: Any) -> int:
-        """Load a host-only node (and its host-only ancestors) back to the device; tokens loaded, 0 if none."""
-        cache = self.cache
-        if not self.host_tier or node.parent is None or not node.evicted or not node.backuped:
-            return 0
-        host_only = host_only_path(node)
-        if not cache.load_back(node.id):
-            return 0
-        cache.ready_to_load_host_cache()
-        cache.check_hicache_events()
-        mark_prefetched(host_only)
-        return sum(len(n.key) for n in host_only)
+    def serve(self, enc: EncodedRequest, tags: Tags, now: float) -> ServeResult:
+        """Admit and finish at once: the request served as it arrives, alone."""
+        admission = self.admit(enc, tags)
+        if admission is None:
+            return ServeResult(0, 0, 0, admitted=False)
+        self.finish(admission, now)
+        return ServeResult(admission.hit_tokens, admission.loaded_tokens, admission.prefetched_tokens, admitted=True)
 
-    def host_only_tokens(self, node: Any) -> int:
-        """Tokens a load-back of `node` would bring to the device (0 unless host memory alone holds it)."""
-        if not self.host_tier or node.parent is None or not node.evicted or not node.backuped:
-            return 0
-        return sum(len(n.key) for n in host_only_path(node))
+    def prefetch(self, budget_tokens: int) -> int:
+        """Load back from host memory what the policy's forecasts want next, within the budget; tokens loaded.
+
+        The server's prefetch step queues the same loads; here they complete at once (the replay has no time).
+        """
+
+        def complete() -> None:
+            self.cache.ready_to_load_host_cache()
+            self.cache.check_hicache_events()
+
+        return queue_prefetch(self.cache, self.policy, budget_tokens, complete)
 
     def warm(self, agent: str, now: float, max_tokens: int) -> int:
         """Recompute `agent`'s fixed prompt into the cache with a 1-token request (no host tier needed).
@@ -271,14 +319,7 @@ class ReplayCache:
 
     def retired_tokens(self) -> int:
         """Device tokens held only by ended workflows (what a conservative prefetch may displace)."""
-        total = 0
-        stack = list(self.cache.tree_core.root_node.children.values())
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            if not node.evicted and self.policy.is_retired(tags_of(node)):
-                total += len(node.key)
-        return total
+        return held_by_class(self.cache, self.policy).get(NodeClass.RETIRED, 0)
 
     def held_tokens(self) -> int:
         return self.capacity - self.allocator.available_size()

@@ -172,10 +172,7 @@ def prefetch_step(cache: ReplayCache, policy: Any, mode: str, idle_s: float, now
     if not cache.host_tier:
         return 0
     retired = cache.retired_tokens() if mode == prefetch.CONSERVATIVE else 0
-    budget = prefetch.budget(mode, cache.allocator.available_size(), retired, idle_s, 1.0 / cost.reload_s)
-    return sum(
-        cache.prefetch(node) for node in prefetch.plan(policy.prefetch_candidates(), budget, cache.host_only_tokens)
-    )
+    return cache.prefetch(prefetch.budget(mode, cache.allocator.available_size(), retired, idle_s, 1.0 / cost.reload_s))
 
 
 def fill_gap_closed(results: Sequence[ReplayResult]) -> None:

@@ -6,20 +6,21 @@
   node's tags whole when the tree splits it and counts evictions per node class.
 - :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
   tree core; :func:`split_at` and :func:`path_nodes` are the tree walks the
-  adapters need.
+  adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
+  server's statistics and its prefetch step do, and the replay's too.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 from sglang.srt.mem_cache.unified_cache.components import ComponentType, EvictLayer, FullComponent
 
-from agentcache.policy import CachePolicy, NodeClass, tags_of
+from agentcache.policy import CachePolicy, NodeClass, prefetch, tags_of
 from agentcache.policy.base import TAGS_ATTR
 
 FULL = ComponentType.FULL
@@ -70,6 +71,46 @@ class TaggedFullComponent(FullComponent):
             if self.on_evict is not None:
                 self.on_evict(node_class, freed)
         return freed, host_freed
+
+
+def host_only_tokens(node: Any) -> int:
+    """Tokens a load-back of `node` would bring to the device (0 unless host memory alone holds it)."""
+    if node.parent is None or not node.evicted or not getattr(node, "backuped", False):
+        return 0
+    return sum(len(n.key) for n in host_only_path(node))
+
+
+def cached_nodes(cache: Any) -> Iterator[Any]:
+    """Every node the device holds."""
+    stack = list(cache.tree_core.root_node.children.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if not node.evicted:
+            yield node
+
+
+def held_by_class(cache: Any, policy: CachePolicy) -> dict[str, int]:
+    """Device tokens held, per node class (retired, fixed, history, untagged)."""
+    held: Counter[str] = Counter()
+    for node in cached_nodes(cache):
+        held[policy.classify(node)] += len(node.key)
+    return dict(held)
+
+
+def queue_prefetch(cache: Any, policy: Any, budget_tokens: int, complete: Callable[[], None] | None = None) -> int:
+    """Start loading back, from host memory, the host-only cache the policy's forecasts want next, within the
+    budget (PBKV's prefetch); tokens queued. The server leaves the loads to its next prefill batch; a
+    caller with no such batch (the replay) passes `complete`, run after each load is queued."""
+    loaded = 0
+    for node in prefetch.plan(policy.prefetch_candidates(), budget_tokens, host_only_tokens):
+        host_only = host_only_path(node)
+        if cache.load_back(node.id):
+            if complete is not None:
+                complete()
+            mark_prefetched(host_only)
+            loaded += sum(len(n.key) for n in host_only)
+    return loaded
 
 
 def host_only_path(node: Any) -> list[Any]:

@@ -1,0 +1,337 @@
+"""Time in the replay: a discrete-event model of SGLang workers' schedulers serving a trace.
+
+The untimed replay (runner.py) serves each request alone, the moment it
+arrives. A server is busier than that: requests queue, batches run, and while
+a request runs its prefix is held and its slots are taken, so the cache has
+less room than its capacity. This model runs the same cache code
+(:class:`ReplayCache`: SGLang's real radix cache with the policy, through the
+engine layer the plugin also uses) under a model of SGLang 0.5.23's scheduler:
+
+- a request arrives at its trace time (scaled by `time_scale`), and never
+  before the previous request of its workflow finished: a client waits for
+  the answer before its next call;
+- each worker's waiting queue is admitted first come, first served, into
+  prefill batches of at most `prefill_budget` new tokens, as long as the KV
+  pool can hold the request (free and evictable slots, as SGLang checks);
+  admission holds the matched prefix and allocates the rest, evicting by the
+  policy (``ReplayCache.admit``);
+- a step is a prefill batch when one can be formed, else one decode step of
+  every running request; its duration comes from the cost model
+  (``CostModel.prefill_batch_s``, ``CostModel.decode_step_s``); a prefill
+  batch's requests emit their first token at its end (time to first token),
+  and their prompts enter the tree, shareable from then on
+  (``ReplayCache.checkpoint``, SGLang's ``cache_unfinished_req``);
+- a request that has produced its output finishes: prompt and output enter
+  the tree, the prefix is released, and the policy tags the path
+  (``ReplayCache.finish``).
+
+Several workers share one clock; a router chooses each request's worker when
+it arrives. Figures: hit rate, time to first token and end-to-end latency
+(median, p90, p99) and throughput, per worker and in total. The seconds are
+the cost model's (an 8B model on one H100, docs/serving-model.md states its
+anchors), not measurements.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentcache.cost import DEFAULT_COST, CostModel
+from agentcache.policy import PolicySpec, WorkflowRegistry
+from agentcache.predictor import Predictor
+from agentcache.replay.engine import Admission, ReplayCache
+from agentcache.replay.runner import PreparedTrace, as_spec, build_replay_cache, request_tags
+from agentcache.replay.tokens import EncodedRequest
+from agentcache.tags import Tags, WorkflowKey
+from agentcache.trace import End, Request
+
+DEFAULT_PREFILL_BUDGET = 8192  # SGLang's chunked-prefill size for an 8B model on one H100
+
+
+@dataclass
+class Served:
+    """One request's life on a worker."""
+
+    index: int  # the request's place in the trace
+    worker: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    hit_tokens: int = 0
+    loaded_tokens: int = 0
+    first_token: float = math.nan
+    finished: float = math.nan
+    admitted: bool = True
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token - self.arrival
+
+    @property
+    def latency_s(self) -> float:
+        return self.finished - self.arrival
+
+
+@dataclass
+class _Running:
+    served: Served
+    admission: Admission
+    context: int  # tokens of KV the request reads per decode step
+    left: int  # output tokens still to generate
+
+
+class Worker:
+    """One SGLang worker: its cache (with the policy) and its scheduler's queue, running batch and clock."""
+
+    def __init__(self, index: int, cache: ReplayCache, cost: CostModel, prefill_budget: int):
+        self.index = index
+        self.cache = cache
+        self.cost = cost
+        self.prefill_budget = prefill_budget
+        self.waiting: deque[tuple[Served, EncodedRequest, Tags]] = deque()
+        self.running: list[_Running] = []
+        self.busy_until = 0.0  # end of the step in progress
+        self.queued_tokens = 0  # prompt tokens waiting (the load a router sees)
+        self.served: list[Served] = []
+        self._refused: list[Served] = []
+
+    @property
+    def policy(self) -> Any:
+        return self.cache.policy
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def enqueue(self, served: Served, enc: EncodedRequest, tags: Tags) -> None:
+        self.waiting.append((served, enc, tags))
+        self.queued_tokens += served.prompt_tokens
+        self.served.append(served)
+
+    def step(self, now: float) -> list[Served]:
+        """Run one scheduler step starting at `now`; the requests it finished. Sets `busy_until`."""
+        batch = self._admit(now)
+        if batch:
+            new_and_context = [(r.served.prompt_tokens - r.context, r.context) for r in batch]
+            self.busy_until = now + self.cost.prefill_batch_s(new_and_context)
+            for r in batch:
+                r.served.first_token = self.busy_until
+                r.context = r.served.prompt_tokens
+                r.left -= 1  # a prefill step samples the first output token
+                r.admission = self.cache.checkpoint(r.admission, r.served.arrival)
+            self.running.extend(batch)
+        elif self.running:
+            self.busy_until = now + self.cost.decode_step_s(len(self.running), sum(r.context for r in self.running))
+            for r in self.running:
+                r.context += 1
+                r.left -= 1
+        else:
+            self.busy_until = now
+        refused, self._refused = self._refused, []
+        done = [r for r in self.running if r.left <= 0]
+        if done:
+            self.running = [r for r in self.running if r.left > 0]
+            for r in done:
+                r.served.finished = self.busy_until
+                self.cache.finish(r.admission, r.served.arrival)
+        return refused + [r.served for r in done]
+
+    def _admit(self, now: float) -> list[_Running]:
+        """A prefill batch, first come first served, within the token budget and what the KV pool can hold.
+
+        A request larger than the whole cache is refused (SGLang never admits it) and goes to `_refused`.
+        """
+        batch: list[_Running] = []
+        new_tokens = 0
+        while self.waiting:
+            served, enc, tags = self.waiting[0]
+            if batch and new_tokens + served.prompt_tokens > self.prefill_budget:
+                break
+            if not self.cache.fits(enc) and (batch or self.running):
+                break  # waits for running requests to finish and free their slots
+            self.waiting.popleft()
+            self.queued_tokens -= served.prompt_tokens
+            admission = self.cache.admit(enc, tags)
+            if admission is None:  # more than the whole cache: never admitted
+                served.admitted = False
+                served.finished = now
+                self._refused.append(served)
+                continue
+            served.hit_tokens, served.loaded_tokens = admission.hit_tokens, admission.loaded_tokens
+            cached = admission.hit_tokens + admission.loaded_tokens
+            new_tokens += served.prompt_tokens - cached
+            batch.append(_Running(served, admission, cached, served.output_tokens))
+        return batch
+
+
+Router = Callable[[Request, EncodedRequest, Sequence[Worker], float], int]
+
+
+def single(_request: Request, _enc: EncodedRequest, _workers: Sequence[Worker], _now: float) -> int:
+    return 0
+
+
+@dataclass
+class ServingResult:
+    """A timed replay: every request's life, per worker and in total."""
+
+    policy: str
+    capacity: int  # per worker
+    workers: int
+    served: list[Served] = field(default_factory=list)
+    evicted_tokens: list[dict[str, int]] = field(default_factory=list)
+
+    def summary(self, worker: int | None = None) -> dict[str, Any]:
+        rows = [s for s in self.served if worker is None or s.worker == worker]
+        done = [s for s in rows if s.admitted]
+        prompt = sum(s.prompt_tokens for s in done)
+        hits = sum(s.hit_tokens for s in done)
+        span = (max(s.finished for s in done) - min(s.arrival for s in rows)) if done else 0.0
+        ttft = sorted(s.ttft_s for s in done)
+        latency = sorted(s.latency_s for s in done)
+        return {
+            "requests": len(rows),
+            "oversized_requests": len(rows) - len(done),
+            "prompt_tokens": prompt,
+            "hit_tokens": hits,
+            "hit_rate": hits / prompt if prompt else 0.0,
+            "computed_prompt_tokens": prompt - hits - sum(s.loaded_tokens for s in done),
+            "ttft_p50_s": _quantile(ttft, 0.5),
+            "ttft_p90_s": _quantile(ttft, 0.9),
+            "ttft_p99_s": _quantile(ttft, 0.99),
+            "latency_p50_s": _quantile(latency, 0.5),
+            "latency_p90_s": _quantile(latency, 0.9),
+            "latency_p99_s": _quantile(latency, 0.99),
+            "makespan_s": span,
+            "throughput_rps": len(done) / span if span > 0 else 0.0,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "capacity": self.capacity,
+            "workers": self.workers,
+            **self.summary(),
+            "per_worker": [self.summary(i) for i in range(self.workers)] if self.workers > 1 else [],
+        }
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def serve_trace(
+    prepared: PreparedTrace,
+    policy: PolicySpec | str,
+    capacity: int,
+    *,
+    workers: int = 1,
+    router: Router = single,
+    on_end: Callable[[str, float], None] | None = None,
+    cost: CostModel = DEFAULT_COST,
+    time_scale: float = 1.0,
+    prefill_budget: int = DEFAULT_PREFILL_BUDGET,
+    host_capacity: int = 0,
+    predictor_factory: Callable[[], Predictor | None] = lambda: None,
+    lease_s: float = 300.0,
+    on_request: Callable[[], None] | None = None,
+) -> ServingResult:
+    """The trace served by `workers` modelled workers of `capacity` KV tokens each, running `policy`.
+
+    `router(request, encoded, workers, now)` picks a worker for each request as it arrives; `on_end` hears
+    each workflow's end (a router's bookkeeping). End events go to every worker that served the workflow.
+    """
+    spec = as_spec(policy)
+    if spec.prefetch is not None:
+        raise ValueError(f"{spec.text}: prefetch variants are replayed untimed only")
+    if time_scale <= 0:
+        raise ValueError(f"time_scale must be > 0, got {time_scale}")
+    current = [0]  # the request being routed, for the offline reference's look-ahead
+
+    def next_use(node: Any) -> float:
+        return prepared.next_use.next_use(node.key.token_ids[0], current[0])
+
+    pool = [
+        Worker(
+            i,
+            build_replay_cache(
+                prepared,
+                spec,
+                capacity,
+                host_capacity,
+                predictor_factory(),
+                WorkflowRegistry(lease_s=lease_s),
+                next_use,
+            ),
+            cost,
+            prefill_budget,
+        )
+        for i in range(workers)
+    ]
+    # Each workflow's events in order; a workflow's next event is due at its trace time, or when its
+    # previous request finished, whichever is later.
+    index_of = {id(r): i for i, r in enumerate(prepared.requests)}
+    by_workflow: dict[str, deque[Request | End]] = {}
+    for event in prepared.trace.events:
+        by_workflow.setdefault(event.workflow, deque()).append(event)
+    sequence = itertools.count()
+    due: list[tuple[float, int, str]] = []
+    for workflow, events in by_workflow.items():
+        heapq.heappush(due, (events[0].ts * time_scale, next(sequence), workflow))
+    served_by: dict[str, set[int]] = {}
+    owner: dict[int, str] = {}  # id(Served) -> workflow
+
+    def release(workflow: str, at: float) -> None:
+        events = by_workflow[workflow]
+        if events:
+            heapq.heappush(due, (max(events[0].ts * time_scale, at), next(sequence), workflow))
+
+    now = 0.0
+    while due or any(not w.idle for w in pool):
+        # Deliver everything due by now; then start a step on every free worker with work.
+        while due and due[0][0] <= now:
+            at, _, workflow = heapq.heappop(due)
+            event = by_workflow[workflow].popleft()
+            if isinstance(event, End):
+                for i in served_by.get(workflow, ()):
+                    pool[i].policy.on_end(WorkflowKey("", workflow), at)
+                if on_end is not None:
+                    on_end(workflow, at)
+                release(workflow, at)
+                continue
+            index = index_of[id(event)]
+            current[0] = index
+            enc = prepared.encoded[index]
+            choice = router(event, enc, pool, at)
+            served_by.setdefault(workflow, set()).add(choice)
+            tags = request_tags(event, enc)
+            worker = pool[choice]
+            worker.policy.on_request(tags, at)
+            served = Served(index, choice, at, enc.prompt_len, max(1, len(enc.tokens) - enc.prompt_len))
+            owner[id(served)] = workflow
+            worker.enqueue(served, enc, tags)
+            if on_request is not None:
+                on_request()
+        for worker in pool:
+            if worker.busy_until <= now and not worker.idle:
+                # finished requests, and requests refused at admission (their workflows go on without them)
+                for served in worker.step(now):
+                    release(owner.pop(id(served)), served.finished)
+        upcoming = [w.busy_until for w in pool if not w.idle and w.busy_until > now]
+        if due:
+            upcoming.append(due[0][0])
+        if not upcoming:
+            break
+        now = min(upcoming)
+    result = ServingResult(spec.text, capacity, workers)
+    result.served = sorted((s for w in pool for s in w.served), key=lambda s: s.index)
+    result.evicted_tokens = [dict(w.cache.component.evicted_tokens) for w in pool]
+    return result
