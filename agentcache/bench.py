@@ -398,9 +398,7 @@ def bench_trace(
         send_ends = not runs_on_plain_sglang(spec)
         return asyncio.run(workload.drive(base_url, headers, send_ends=send_ends, on_answer=answered))
 
-    runs = measure(
-        opts, run_workload, capacity=capacity, vocab_size=vocab, warmup_tokens=int(mean_prompt), stage=stage
-    )
+    runs = measure(opts, run_workload, capacity=capacity, vocab_size=vocab, warmup_tokens=int(mean_prompt), stage=stage)
     return runs, capacity
 
 
