@@ -236,6 +236,7 @@ def serve_trace(
     workers: int = 1,
     router: Router = single,
     on_end: Callable[[str, float], None] | None = None,
+    on_finish: Callable[[Served], None] | None = None,
     cost: CostModel = DEFAULT_COST,
     time_scale: float = 1.0,
     prefill_budget: int = DEFAULT_PREFILL_BUDGET,
@@ -246,8 +247,9 @@ def serve_trace(
 ) -> ServingResult:
     """The trace served by `workers` modelled workers of `capacity` KV tokens each, running `policy`.
 
-    `router(request, encoded, workers, now)` picks a worker for each request as it arrives; `on_end` hears
-    each workflow's end (a router's bookkeeping). End events go to every worker that served the workflow.
+    `router(request, encoded, workers, now)` picks a worker for each request as it arrives; `on_finish`
+    hears each request finish (or be refused), `on_end` each workflow's end (a router's bookkeeping). End
+    events go to every worker that served the workflow.
     """
     spec = as_spec(policy)
     if spec.prefetch is not None:
@@ -325,6 +327,8 @@ def serve_trace(
                 # finished requests, and requests refused at admission (their workflows go on without them)
                 for served in worker.step(now):
                     release(owner.pop(id(served)), served.finished)
+                    if on_finish is not None:
+                        on_finish(served)
         upcoming = [w.busy_until for w in pool if not w.idle and w.busy_until > now]
         if due:
             upcoming.append(due[0][0])
