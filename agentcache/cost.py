@@ -13,28 +13,28 @@ the tokens before them (served from cache), and `host_hit` the tokens loaded
 back from host memory (HiCache) instead of being recomputed.
 
 Default constants: a Llama-3-8B-class model (32 layers, d_model 4096, 8 KV
-heads x 128, bf16) on one H100 SXM, derived from first principles, not
-measured here (no GPU on the build machine):
+heads x 128, bf16) on one H100 SXM, anchored on published measurements of
+that model on that GPU (docs/serving-model.md lists them with their sources):
 
-- LINEAR: 2 x 8e9 FLOP per token at 50% of 989 TFLOP/s dense bf16 = 3.2e-5 s.
-- ATTN: 4 x 32 layers x 4096 FLOP per token per context token (QK^T and AV)
-  at the same 495 TFLOP/s = 1.06e-9 s.
-- DECODE: a decode step reads the 16 GB of weights at 3.35 TB/s (4.8 ms, about
-  6 ms with overheads) and is shared by the whole batch; at a batch of 32
-  concurrent requests a generated token costs 6e-3 / 32 = 1.9e-4 s of GPU time.
-- RELOAD: 2 x 32 x 8 x 128 x 2 bytes = 131 kB of KV per token over PCIe at an
-  effective 25 GB/s = 5.2e-6 s (PBKV's testbed had 20 GB/s).
+- LINEAR: 2.3e-5 s per prefilled token: batched prefill of 512-token prompts runs
+  at about 43,800 tokens/s (vLLM, 2026; SGLang bench_one_batch, 2024, agrees).
+- ATTN: 9.0e-10 s per new token per token of context before it: the quadratic
+  term of single-request TTFT from 10K to 100K tokens (TTFT ~ 4.5e-7 ms x L^2).
+- STEP: 6.44 ms, one forward pass (the weights read once): the intercept of
+  batch-1 inter-token latency against context length.
+- KV_READ: 4.37e-8 s per token of context a decode step reads (that fit's slope;
+  131 kB of KV per token).
+- SEQ: 1.5e-5 s per running request per decode step: what steps of 128-256
+  requests take beyond the two terms above (10 ms at 128, 12.5-13.5 ms at 256).
+- DECODE: a generated token's share of GPU time in a batch of 32 concurrent
+  requests, (STEP + 32 SEQ) / 32 = 2.2e-4 s.
+- RELOAD: 131 kB of KV per token over PCIe at an effective 25 GB/s = 5.2e-6 s
+  (PBKV's testbed had 20 GB/s). Not measured: derived.
 
-- STEP: one forward pass reads the weights once, whatever the batch: 16 GB at
-  3.35 TB/s is 4.8 ms, about 6 ms with overheads; a decode step costs that
-  plus KV_READ per token of context the batch attends to (131 kB per token at
-  3.35 TB/s = 3.9e-8 s), and a prefill batch costs at least that.
-
-So reloading a token costs about a sixth of recomputing it, and a long
+So reloading a token costs about a fifth of recomputing it, and a long
 context makes recompute dearer still. The ratios, not the absolute seconds,
 are what comparisons between policies rest on. The timed replay
-(agentcache/replay/serving.py) uses the step costs; docs/serving-model.md sets
-them beside published measurements.
+(agentcache/replay/serving.py) uses the step costs.
 """
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CostModel:
-    linear_s: float = 3.2e-5  # prefill, per new token
-    attn_s: float = 1.06e-9  # prefill, per new token per token of context before it
-    decode_s: float = 1.9e-4  # per generated token (a 6 ms step shared by a batch of 32)
+    linear_s: float = 2.3e-5  # prefill, per new token
+    attn_s: float = 9.0e-10  # prefill, per new token per token of context before it
+    decode_s: float = 2.2e-4  # per generated token (its share of a step of a batch of 32)
     reload_s: float = 5.2e-6  # host -> device copy, per token
-    step_s: float = 6e-3  # one forward pass: the weights read once
-    kv_read_s: float = 3.9e-8  # a decode step, per token of context read
+    step_s: float = 6.44e-3  # one forward pass: the weights read once
+    kv_read_s: float = 4.37e-8  # a decode step, per token of context read
+    seq_s: float = 1.5e-5  # a decode step, per running request
 
     def prefill_s(self, new_tokens: int, context: int) -> float:
         # sum_{i=0}^{new-1} (context + i) = new*context + new*(new-1)/2
@@ -62,7 +63,7 @@ class CostModel:
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """One decode step of `batch` requests reading `context_tokens` tokens of KV in all."""
-        return self.step_s + self.kv_read_s * context_tokens if batch else 0.0
+        return self.step_s + self.seq_s * batch + self.kv_read_s * context_tokens if batch else 0.0
 
     def request_s(self, prompt: int, device_hit: int, host_hit: int, output: int) -> float:
         cached = device_hit + host_hit
