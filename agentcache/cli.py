@@ -38,7 +38,12 @@ def _add_gen(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("family", choices=sorted(FAMILIES))
     p.add_argument("-o", "--output", required=True, help="trace file to write (JSON Lines)")
-    p.add_argument("--workflows", type=int, default=d.workflows, help="number of workflows (default %(default)s)")
+    p.add_argument(
+        "--workflows",
+        type=int,
+        default=d.workflows,
+        help="number of workflows; chat: conversations (default %(default)s)",
+    )
     p.add_argument(
         "--rate", type=float, default=d.rate, help="new workflows per second; sets concurrency (default %(default)s)"
     )
@@ -54,6 +59,13 @@ def _add_gen(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tool-tokens", type=int, default=d.tool_tokens, help="mean tool result size (default %(default)s)")
     p.add_argument("--loop-prob", type=float, default=None, help="loop/branch probability (default: the family's)")
+    p.add_argument(
+        "--rebuild",
+        type=float,
+        default=None,
+        help="probability that a call rebuilds its prompt from the shared context instead of extending the history"
+        " (default: the family's)",
+    )
     p.add_argument(
         "--unended", type=float, default=d.unended, help="share of workflows never ended (default %(default)s)"
     )
@@ -75,6 +87,7 @@ def _run_gen(args: argparse.Namespace) -> int:
             output_tokens=args.output_tokens,
             tool_tokens=args.tool_tokens,
             loop_prob=args.loop_prob,
+            rebuild=args.rebuild,
             unended=args.unended,
             seed=args.seed,
         )
@@ -84,7 +97,7 @@ def _run_gen(args: argparse.Namespace) -> int:
     write_trace(args.output, trace)
     requests = trace.requests
     console.print(
-        f"wrote {args.output}: {len(requests)} requests, {args.workflows} workflows, "
+        f"wrote {args.output}: {len(requests)} requests, {len({r.workflow for r in requests})} workflows, "
         f"{sum(r.prompt_tokens for r in requests)} prompt tokens"
     )
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentcache.trace import Trace
-from agentcache.workloads import code_retry, fact_verify, group_chat, pipeline
+from agentcache.workloads import chat, code_retry, fact_verify, group_chat, mix, phased_chat, pipeline
 from agentcache.workloads.common import GenConfig
 
 FAMILIES: dict[str, Callable[[GenConfig], Trace]] = {
@@ -13,8 +13,12 @@ FAMILIES: dict[str, Callable[[GenConfig], Trace]] = {
     fact_verify.FAMILY: fact_verify.generate,
     pipeline.FAMILY: pipeline.generate,
     group_chat.FAMILY: group_chat.generate,
+    phased_chat.FAMILY: phased_chat.generate,
+    chat.FAMILY: chat.generate,
+    mix.FAMILY: mix.generate,
 }
-DYNAMIC_FAMILIES = (code_retry.FAMILY, fact_verify.FAMILY, group_chat.FAMILY)
+# Agent apps whose path is decided at run time; plain chat and the mix with it are traffic of another kind.
+DYNAMIC_FAMILIES = (code_retry.FAMILY, fact_verify.FAMILY, group_chat.FAMILY, phased_chat.FAMILY)
 
 
 def generate(family: str, cfg: GenConfig | None = None) -> Trace:

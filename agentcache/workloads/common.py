@@ -1,9 +1,12 @@
 """Shared machinery of the workload generators: knobs, agents, conversations, arrivals.
 
 Prompts are built the way agent frameworks build them: the agent's fixed
-prompt first (system prompt, tools, examples), then the workflow's history
-(the task, earlier agents' outputs, tool results), and each request's output
-comes back as a segment of later prompts through its ``output_id``.
+prompt first (system prompt, tools, examples), then the workflow's shared
+context (the task), then its history (earlier agents' outputs, tool results).
+A call either extends the history as it grew, so each request's output comes
+back as a segment of later prompts through its ``output_id``, or rebuilds its
+prompt: the shared context, then the history re-rendered as a fresh segment no
+other prompt holds, as apps that template prompts from their state do.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class GenConfig:
     output_tokens: int = 150  # mean tokens generated per request
     tool_tokens: int = 300  # mean size of a tool result (test log, retrieved passage)
     loop_prob: float | None = None  # family-specific loop/branch probability (None: the family's default)
+    rebuild: float | None = None  # probability that a call rebuilds its prompt (None: the family's default)
     unended: float = 0.0  # share of workflows whose end event never comes
     seed: int = 0
     decode_tok_s: float = 50.0  # generation speed used to space a workflow's requests
@@ -41,11 +45,14 @@ class GenConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.loop_prob is not None and not 0.0 <= self.loop_prob < 1.0:
             raise ValueError(f"loop_prob must be in [0, 1), got {self.loop_prob}")
+        if self.rebuild is not None and not 0.0 <= self.rebuild <= 1.0:
+            raise ValueError(f"rebuild must be in [0, 1], got {self.rebuild}")
         if not 0.0 <= self.unended <= 1.0:
             raise ValueError(f"unended must be in [0, 1], got {self.unended}")
 
     def knobs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The knobs as set; `rebuild` only when set, so traces written before it existed stay byte-identical."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rebuild" or self.rebuild is not None}
 
 
 def jitter(rng: random.Random, mean: float, spread: float = 0.3) -> int:
@@ -59,11 +66,14 @@ class Agent:
     fixed: tuple[Segment, ...]  # system prompt, tools, examples: identical on every call
 
 
-def make_agents(family: str, names: list[str], cfg: GenConfig, rng: random.Random) -> dict[str, Agent]:
-    """Agents with fixed prompts of different sizes: a system prompt plus a tool/example block."""
+def make_agents(
+    family: str, names: list[str], cfg: GenConfig, rng: random.Random, mean_tokens: float | None = None
+) -> dict[str, Agent]:
+    """Agents with fixed prompts of different sizes (mean `mean_tokens`, default the `fixed_tokens` knob):
+    a system prompt plus a tool/example block."""
     agents = {}
     for name in names:
-        size = jitter(rng, cfg.fixed_tokens, 0.5)
+        size = jitter(rng, cfg.fixed_tokens if mean_tokens is None else mean_tokens, 0.5)
         system = max(1, size * 2 // 5)
         agents[name] = Agent(
             name,
@@ -72,17 +82,31 @@ def make_agents(family: str, names: list[str], cfg: GenConfig, rng: random.Rando
     return agents
 
 
+RENDER_FRAME_TOKENS = 40  # mean framing of a re-rendered history: headings, speaker labels, the turn's cue
+
+
 @dataclass
 class Conversation:
-    """One workflow: its shared history and the requests it has sent."""
+    """One workflow (in plain chat, one conversation of one-request workflows): its shared context, its
+    history and the requests it has sent.
+
+    A call rebuilds its prompt with probability `rebuild`; otherwise it extends the history.
+    """
 
     workflow: str
     ts: float
     cfg: GenConfig
     rng: random.Random
+    rebuild: float = 0.0
+    context: list[Segment] = field(default_factory=list)  # the task; a phased chat's phase adds its own
     history: list[Segment] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     calls: int = 0
+    # A stream of its own, so that rebuilding changes how prompts look, never which agents run or what they say.
+    render_rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.render_rng = random.Random(f"{self.cfg.seed}/{self.workflow}")
 
     def call(
         self,
@@ -93,20 +117,24 @@ class Conversation:
         output: int | None = None,
         remember: bool = True,
     ) -> Request:
-        """Send one request of `agent` whose prompt is its fixed prompt + `view` (default: the whole history).
+        """Send one request of `agent`: its fixed prompt + the shared context + `view` (default: the whole history).
 
-        The output joins the shared history (unless `remember` is False); a tool call's
-        result follows it. The clock moves on by generation and tool time.
+        A rebuilding call shows `view` as one fresh segment of the same size plus framing. The output
+        joins the history (unless `remember` is False); a tool call's result follows it. The clock
+        moves on by generation and tool time.
         """
         self.calls += 1
         out_tokens = output if output is not None else jitter(self.rng, self.cfg.output_tokens, 0.5)
         out_id = f"out/{self.workflow}/{self.calls}"
-        prompt = agent.fixed + tuple(self.history if view is None else view)
+        shown = self.history if view is None else view
+        if self.rebuild and self.render_rng.random() < self.rebuild:
+            rendered = sum(s.tokens for s in shown) + jitter(self.render_rng, RENDER_FRAME_TOKENS)
+            shown = [Segment(f"render/{self.workflow}/{self.calls}", rendered)]
         request = Request(
             ts=round(self.ts, 3),
             workflow=self.workflow,
             agent=agent.name,
-            segments=prompt,
+            segments=agent.fixed + tuple(self.context) + tuple(shown),
             fixed=len(agent.fixed),
             output=out_tokens,
             output_id=out_id,
@@ -128,14 +156,20 @@ class Conversation:
         self.events.append(End(round(self.ts, 3), self.workflow))
 
 
-def start_conversations(family: str, cfg: GenConfig, rng: random.Random) -> list[Conversation]:
-    """Poisson arrivals; each workflow starts with its task statement as history."""
+def start_conversations(
+    family: str, cfg: GenConfig, rng: random.Random, *, default_rebuild: float = 0.0
+) -> list[Conversation]:
+    """Poisson arrivals; each workflow starts with its task statement as shared context.
+
+    Calls rebuild their prompts with probability `cfg.rebuild`, or the family's `default_rebuild` when unset.
+    """
+    rebuild = default_rebuild if cfg.rebuild is None else cfg.rebuild
     conversations = []
     t = 0.0
     for i in range(cfg.workflows):
         wid = f"{family}-{i}"
-        conv = Conversation(wid, t, cfg, random.Random(rng.random()))
-        conv.history.append(Segment(f"task/{wid}", jitter(rng, cfg.task_tokens, 0.5)))
+        conv = Conversation(wid, t, cfg, random.Random(rng.random()), rebuild)
+        conv.context.append(Segment(f"task/{wid}", jitter(rng, cfg.task_tokens, 0.5)))
         conversations.append(conv)
         t += rng.expovariate(cfg.rate)
     return conversations
