@@ -144,17 +144,18 @@ class AgentCache(UnifiedRadixCache):
             split_at(self, key, self.path_device_indices(req.last_node), fixed, priority=req.priority or 0)
             path = path_nodes(self, req.last_node)
         finished = req.finished()
-        matched = getattr(req, "cached_tokens", 0) if finished else 0
-        if finished:
-            used = take_prefetched(path[: _nodes_within(path, matched)])
-            if used:
-                self._count("prefetch_used_tokens", used, metric="tokens")
-        self.policy.tag_path(path, tags, tags.ts, matched)
-        if finished:
-            tenant = tags.tenant
-            self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
-            self._count("hit_tokens", getattr(req, "cached_tokens", 0), metric="tokens", tenant=tenant)
-            self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens", tenant=tenant)
+        if not finished:  # the prompt is computed and shareable; the request runs on
+            self.policy.tag_path(path, tags, tags.ts, None)
+            return
+        matched = getattr(req, "cached_tokens", 0)
+        used = take_prefetched(path[: _nodes_within(path, matched)])
+        if used:
+            self._count("prefetch_used_tokens", used, metric="tokens")
+        self.policy.tag_path(path, tags, tags.ts, matched, len(req.origin_input_ids))
+        tenant = tags.tenant
+        self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
+        self._count("hit_tokens", matched, metric="tokens", tenant=tenant)
+        self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens", tenant=tenant)
 
     def prefetch_step(self) -> int:
         """Queue load-backs of the host-only cache the forecasts want next, within idle space and bandwidth.

@@ -62,6 +62,9 @@ class TaggedFullComponent(FullComponent):
     ) -> tuple[int, int]:
         freed, host_freed = super().evict_component(node, device_frees, host_frees, cache_actions, target)
         if freed:
+            tags = tags_of(node)
+            if tags is not None:
+                tags.evicted = True  # the policy's own record: SGLang may delete the node object outright
             node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
             self.evicted_tokens[node_class] += freed
             self.evicted_nodes[node_class] += 1

@@ -8,8 +8,10 @@ replay benchmark) does four things:
 
 1. ``policy.on_request(tags, now)`` when a tagged request arrives;
 2. ``policy.on_admit(tags)`` when the engine admits it (holds its matched prefix);
-3. ``policy.tag_path(nodes, tags, now, matched_tokens)`` with the radix path the
-   request matched and inserted, root first;
+3. ``policy.tag_path(nodes, tags, now, matched_tokens, prompt_tokens)`` with the
+   radix path the request matched and inserted, root first: once its prompt is
+   computed (``matched_tokens`` None: the engine may share it from then on) and
+   when it finishes (the tokens it matched, and its prompt's length);
 4. ``policy.on_end(workflow, now)`` on a workflow's end event;
 5. ``policy.priority(node)`` as the engine's eviction key (smallest first).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
@@ -46,6 +48,7 @@ class NodeTags:
     hits: int = 0  # requests that reused c from cache
     depth: int = 0  # tokens from the root to the end of c
     created: float = 0.0  # policy clock at the first touch
+    evicted: bool = False  # the engine evicted c from the device (what was read of it is no longer knowable)
 
     def copy(self) -> NodeTags:
         return NodeTags(
@@ -55,7 +58,9 @@ class NodeTags:
             self.hits,
             self.depth,
             self.created,
+            self.evicted,
         )
+
 
 
 class CacheNode(Protocol):
@@ -64,6 +69,32 @@ class CacheNode(Protocol):
     last_access_time: float  # engine recency stamp, larger is more recent
     hit_count: int
     key: Sized | None  # this node's own tokens
+    parent: Any  # the node above (None at the root)
+
+
+class Latest(NamedTuple):
+    """A (workflow, agent)'s latest request, as its path was tagged."""
+
+    stamp: int
+    end: Any  # the deepest node of its path
+    fixed: int = 0  # its fixed prompt's tokens
+    matched: int | None = None  # tokens it found cached (None until it finished)
+    prompt: int | None = None  # its prompt's tokens (None until it finished)
+    depth: int = 0  # tokens of its path
+
+    def region(self, depth: int) -> int:
+        """Which part of this request a node ending `depth` tokens in belongs to: FIXED, CONTEXT (what it
+        read from cache after its fixed prompt), FRESH (prompt tokens it computed) or OUTPUT."""
+        if depth <= self.fixed:
+            return FIXED
+        if self.matched is None or depth <= self.matched:
+            return CONTEXT
+        if self.prompt is None or depth <= self.prompt:
+            return FRESH
+        return OUTPUT
+
+
+FIXED, CONTEXT, FRESH, OUTPUT = 0, 1, 2, 3
 
 
 def tags_of(node: Any) -> NodeTags | None:
@@ -100,11 +131,11 @@ class CachePolicy(ABC):
 
     def __init__(self, registry: WorkflowRegistry | None = None):
         self.registry = registry if registry is not None else WorkflowRegistry()
-        # Each active (workflow, agent)'s latest request: its number and the deepest node of its path.
-        # A node tagged by the pair with an older number is off the pair's current path (the pair's
-        # history went another way since: rewritten, truncated, or another branch), and the end of
-        # the current path is what a prefetch loads back for the pair's next call.
-        self.latest: dict[WorkflowKey, dict[str, tuple[int, Any]]] = {}
+        # Each active (workflow, agent)'s latest request: its number, the deepest node of its path and the
+        # node its prompt ends at. A node tagged by the pair with an older number is off the pair's current
+        # path (the pair's history went another way since: rewritten, truncated, or another branch), and
+        # the end of the current path is what a prefetch loads back for the pair's next call.
+        self.latest: dict[WorkflowKey, dict[str, Latest]] = {}
         self.fixed_leaf: dict[str, Any] = {}  # agent -> deepest node of its fixed prompt
         self._requests_tagged = 0
 
@@ -138,15 +169,29 @@ class CachePolicy(ABC):
         self.latest.pop(state.id, None)
         self.on_workflow_retired(state)
 
-    def tag_path(self, path: Sequence[Any], tags: Tags, now: float, matched_tokens: int) -> None:
-        """Record that the request `tags` used every node of `path` (root's child first)."""
+    def tag_path(
+        self,
+        path: Sequence[Any],
+        tags: Tags,
+        now: float,
+        matched_tokens: int | None,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        """Record that the request `tags` used every node of `path` (root's child first).
+
+        `matched_tokens` is None while the request runs (its prompt just entered the tree), and the
+        tokens it found cached once it finished; `prompt_tokens` is its prompt's length then.
+        """
         self._requests_tagged += 1
         stamp = self._requests_tagged
         workflow, agent, fixed = tags.key, tags.identity, tags.fixed
+        finished = matched_tokens is not None
+        matched = matched_tokens or 0
         depth = 0
         for node in path:
             depth += node_tokens(node)
             t = ensure_tags(node, now)
+            t.evicted = False  # a path being tagged is on the device
             agents = t.workflows.pop(workflow, None)  # re-inserted last: most recent workflows last
             if agents is None:
                 if len(t.workflows) >= MAX_WORKFLOWS_PER_NODE:
@@ -156,7 +201,7 @@ class CachePolicy(ABC):
             t.workflows[workflow] = agents
             if depth <= fixed:
                 t.fixed_agents.add(agent)
-            if depth <= matched_tokens:
+            if finished and depth <= matched:
                 t.hits += 1
             t.last_access = now
             t.depth = depth
@@ -166,12 +211,13 @@ class CachePolicy(ABC):
                 if len(self.fixed_leaf) > MAX_TRACKED_AGENTS:
                     del self.fixed_leaf[next(iter(self.fixed_leaf))]
         if path and self.registry.is_active(workflow):
-            self.latest.setdefault(workflow, {})[agent] = (stamp, path[-1])
+            latest = Latest(stamp, path[-1], fixed, matched_tokens, prompt_tokens, depth)
+            self.latest.setdefault(workflow, {})[agent] = latest
 
     def on_current_path(self, workflow: WorkflowKey, agent: str, stamp: int) -> bool:
         """Whether a node `agent` of `workflow` last touched with request `stamp` is on the pair's latest path."""
         latest = self.latest.get(workflow, {}).get(agent)
-        return latest is not None and latest[0] == stamp
+        return latest is not None and latest.stamp == stamp
 
     def _prune(self, t: NodeTags) -> None:
         """Forget ended workflows on a node; if it is still full, its least recent workflows."""

@@ -57,8 +57,8 @@ class CacheScoutPolicy(CachePolicy):
         if previous is not None:
             self.counts[previous][state.agent] += 1
 
-    def tag_path(self, path, tags, now, matched_tokens):  # noqa: ANN001
-        super().tag_path(path, tags, now, matched_tokens)
+    def tag_path(self, path, tags, now, matched_tokens, prompt_tokens=None):  # noqa: ANN001
+        super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
         for node in path:
             n = node_tokens(node)
             self.mean_tokens = n if self.mean_tokens == 0.0 else 0.99 * self.mean_tokens + 0.01 * n

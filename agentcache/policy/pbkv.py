@@ -31,6 +31,16 @@ switchable ingredients (see docs/policy.md for what each one is worth):
   (recompute with its context-length term, or a reload when c has a host copy);
 - fallback: nodes no forecast values (tagged by no active workflow's agents,
   or untagged) are ordered by their observed read frequency, then recency;
+- reuse: how each agent reuses its own last request's path, learned online
+  instead of assumed: when the agent's next request in the workflow arrives,
+  how much did it read again of the previous request's context (what that
+  request had read from cache after its fixed prompt), of its fresh prompt
+  tokens, and of its generated tokens? Appending apps read all three; most
+  real multi-agent apps rebuild their prompts from shared context, read the
+  context and never the fresh tail; phased ones drop the context when the
+  phase changes. A node on a (workflow, agent)'s latest path is valued by the
+  agent's share for the part it lies in; where the previous path was evicted
+  before the next request came, nothing is learned;
 - pending: a request that has arrived but is not served yet (queued behind
   others on a busy server) reads its agent's cache for certain: that agent
   counts one read at step 0 for its workflow until the engine admits the
@@ -41,12 +51,23 @@ switchable ingredients (see docs/policy.md for what each one is worth):
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy.base import CacheNode, CachePolicy, NodeTags, node_tokens, tags_of
+from agentcache.policy.base import (
+    CONTEXT,
+    FRESH,
+    OUTPUT,
+    CacheNode,
+    CachePolicy,
+    Latest,
+    NodeTags,
+    node_tokens,
+    tags_of,
+)
 from agentcache.policy.gaps import GapModel
 from agentcache.policy.prefetch import Candidate
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
@@ -67,6 +88,7 @@ class Ingredients:
     cost: bool = False
     fallback: bool = True
     pending: bool = True
+    reuse: bool = True
 
 
 DEFAULT_ORDER = 3
@@ -74,6 +96,8 @@ MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refres
 MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
 PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
+MAX_REUSE_AGENTS = 1024  # agents whose reuse of their own fresh cache is tracked
+REUSE_PRIOR = 2.0  # an agent's estimate starts from all agents' with this weight (in observations)
 
 PAPER = Ingredients(
     fixed_by_forecast=False,
@@ -84,6 +108,7 @@ PAPER = Ingredients(
     cost=False,
     fallback=False,
     pending=False,
+    reuse=False,
 )
 
 
@@ -119,6 +144,7 @@ class PBKVPolicy(CachePolicy):
         self._weights: dict[WorkflowKey, float] = {}  # workflow -> timing weight phi_w
         self._demand: dict[str, float] = {}  # D(a) = sum over active workflows of phi_w v_w(a) (+ arrivals)
         self._pending: dict[WorkflowKey, str] = {}  # workflow -> the agent of its request not served yet
+        self.reuse = ReuseEvidence()
         self._refreshed = (-1, -1.0)
 
     # -- learning
@@ -150,8 +176,19 @@ class PBKVPolicy(CachePolicy):
             del self._pending[tags.key]
             self.registry.version += 1  # the demand changes
 
-    def tag_path(self, path: Sequence[Any], tags: Tags, now: float, matched_tokens: int) -> None:
-        super().tag_path(path, tags, now, matched_tokens)
+    def tag_path(
+        self,
+        path: Sequence[Any],
+        tags: Tags,
+        now: float,
+        matched_tokens: int | None,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        if matched_tokens is not None:
+            previous = self.latest.get(tags.key, {}).get(tags.identity)
+            if previous is not None:
+                self.reuse.observe(tags.identity, previous, path, matched_tokens)
+        super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
         self.on_admit(tags)  # served, in case its admission went unreported
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
@@ -179,7 +216,7 @@ class PBKVPolicy(CachePolicy):
             for agent, p in row.items():
                 next_callers[agent] = next_callers.get(agent, 0.0) + p
                 if agent in latest:
-                    out.append(Candidate(latest[agent][1], p))
+                    out.append(Candidate(latest[agent].end, p))
         for agent, p in next_callers.items():
             node = self.fixed_leaf.get(agent)
             if node is not None:
@@ -264,19 +301,23 @@ class PBKVPolicy(CachePolicy):
         total = sum(self._demand.get(agent, 0.0) for agent in fixed)
         current_only = self.ingredients.current_paths
         pending = self._pending
+        reuse = self.ingredients.reuse
         for workflow, agents in t.workflows.items():
             weight = self._weights.get(workflow)
             if weight is None:  # not active
                 continue
             values = self._values.get(workflow)
             waiting = pending.get(workflow)
+            latest = self.latest.get(workflow, {})
             for a, stamp in agents.items():
                 if a in fixed or (current_only and not self.on_current_path(workflow, a, stamp)):
                     continue
+                pair = latest.get(a) if reuse else None
+                read = self.reuse.share(a, pair.region(t.depth)) if pair is not None and pair.stamp == stamp else 1.0
                 if values:
-                    total += weight * values.get(a, 0.0)
+                    total += weight * values.get(a, 0.0) * read
                 if a == waiting:
-                    total += 1.0
+                    total += read
         return total
 
     def priority(self, node: CacheNode) -> tuple:
@@ -291,10 +332,78 @@ class PBKVPolicy(CachePolicy):
             depth = t.depth if t is not None else node_tokens(node)
             value *= self.cost.miss_cost_per_token(depth, node_tokens(node), bool(getattr(node, "backuped", False)))
             value /= self.cost.linear_s
-        frequency = 0.0
-        if ing.fallback and value == 0.0 and t is not None:
-            frequency = t.hits / (self._now - t.created + self.gaps.mean + 1e-9)
+        frequency = self.read_rate(t) if ing.fallback and value == 0.0 and t is not None else 0.0
         return (1, value, frequency, node.last_access_time)
+
+    def read_rate(self, t: NodeTags) -> float:
+        """Reads per second since the node was written (what it has shown, for nodes no forecast values)."""
+        return t.hits / (self._now - t.created + self.gaps.mean + 1e-9)
+
+
+class ReuseEvidence:
+    """How much of its previous request's path an agent's next request (in the same workflow) reads again,
+    per part of that path: the context it had read from cache, its fresh prompt tokens, its generated
+    tokens. Learned per agent from what happens, in tokens, with all agents' shares as the prior; bounded
+    in agents (the least recently observed forgotten)."""
+
+    PARTS = (CONTEXT, FRESH, OUTPUT)
+
+    def __init__(self) -> None:
+        # agent -> per part, three counts: [tokens read again, tokens, observations]
+        self._counts: OrderedDict[str, list[int]] = OrderedDict()
+        self._totals = [0] * 9
+
+    def observe(self, agent: str, previous: Latest, path: Sequence[Any], matched_tokens: int) -> None:
+        """The agent's new request matched `matched_tokens` of `path`: how far along the previous request's
+        path did that go? Where the previous path was evicted first, nothing is learned (it might have been
+        read)."""
+        if previous.matched is None or previous.prompt is None:
+            return
+        held = set()
+        depth = 0
+        for node in path:
+            depth += node_tokens(node)
+            if depth > matched_tokens:
+                break
+            held.add(id(node))
+        # The deepest node the two paths share within the match: walk up the previous path to it.
+        node, below = previous.end, None
+        while node is not None and id(node) not in held:
+            node, below = getattr(node, "parent", None), node
+        shared = tags_of(node).depth if node is not None and tags_of(node) is not None else 0
+        if shared < previous.depth and below is not None:
+            t = tags_of(below)
+            if t is None or t.evicted:
+                return  # the rest of the previous path was gone before the request came
+        counts = self._counts.get(agent)
+        if counts is None:
+            counts = self._counts[agent] = [0] * 9
+            if len(self._counts) > MAX_REUSE_AGENTS:
+                self._counts.popitem(last=False)
+        else:
+            self._counts.move_to_end(agent)
+        bounds = (previous.fixed, previous.matched, previous.prompt, previous.depth)
+        for i, (start, stop) in enumerate(zip(bounds, bounds[1:])):
+            if stop <= start:
+                continue
+            for j, n in enumerate((min(max(shared - start, 0), stop - start), stop - start, 1)):
+                counts[3 * i + j] += n
+                self._totals[3 * i + j] += n
+
+    def share(self, agent: str, part: int) -> float:
+        """The share of a node in this part of the agent's latest request its next request reads again
+        (1.0 for the fixed prompt: its value comes from every workflow's forecast, not this pair's)."""
+        if part not in self.PARTS:
+            return 1.0
+        i = 3 * (part - CONTEXT)
+        read, total, _ = self._totals[i : i + 3]
+        prior = read / total if total else 0.5  # nothing seen yet: either way
+        counts = self._counts.get(agent)
+        if counts is None or counts[i + 1] == 0:
+            return prior
+        read, total, observations = counts[i : i + 3]
+        weight = REUSE_PRIOR * total / observations  # the prior counts as REUSE_PRIOR of the agent's observations
+        return (read + weight * prior) / (total + weight)
 
 
 def _ewma(mean: float, sample: float, alpha: float = 0.05) -> float:

@@ -245,7 +245,7 @@ class ReplayCache:
         cache.unlock(admission.lock)
         # Where another request inserted the same tokens first, the tree kept its slots (and freed ours).
         values = torch.cat([cache.path_device_indices(end).to(torch.int64), admission.values[enc.prompt_len :]])
-        self.policy.tag_path(path_nodes(cache, end), admission.tags, now, 0)
+        self.policy.tag_path(path_nodes(cache, end), admission.tags, now, None)
         return admission._replace(values=values, lock=lock, owned=enc.prompt_len)
 
     def finish(self, admission: Admission, now: float) -> None:
@@ -260,7 +260,8 @@ class ReplayCache:
             )
             split_at(cache, key, admission.values, enc.prompt_len, priority=1)
             split_at(cache, key, admission.values, enc.fixed_len)
-            self.policy.tag_path(path_nodes(cache, inserted.last_device_node), admission.tags, now, cached)
+            path = path_nodes(cache, inserted.last_device_node)
+            self.policy.tag_path(path, admission.tags, now, cached, enc.prompt_len)
         finally:
             cache.unlock(admission.lock)
             if self.host_tier:
