@@ -210,6 +210,8 @@ class ReplayCache:
         need = kv_len - cached
         if need > self.allocator.available_size() + cache.evictable_size():
             cache.unlock(lock)
+            if self.host_tier:
+                cache.check_hicache_events()  # a load back started by the match completes all the same
             self.stats.oversized += 1
             return None
         shortfall = need - self.allocator.available_size()
