@@ -22,8 +22,10 @@ graphs, trained models and the live server all use that identity.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -64,6 +66,9 @@ class Tags:
     # Set by the server, never taken from a client:
     tenant: str = ""  # from the request's credentials
     ts: float | None = None  # the HTTP process's clock when it accepted the request: the policy clock
+    # The server made these tags for a request that came without any (no SDK): a workflow of its own,
+    # which ends when the request does, the agent by the fingerprint rule below.
+    implicit: bool = False
 
     @property
     def key(self) -> WorkflowKey:
@@ -90,7 +95,10 @@ class Tags:
 
     def to_stamped(self) -> dict[str, Any]:
         """What the HTTP process hands the scheduler: the client's fields, the tenant and the clock."""
-        return {**self.to_wire(), "tenant": self.tenant, "ts": self.ts}
+        stamped = {**self.to_wire(), "tenant": self.tenant, "ts": self.ts}
+        if self.implicit:
+            stamped["implicit"] = True
+        return stamped
 
     def replace(self, **changes: Any) -> Tags:
         return replace(self, **changes)
@@ -103,9 +111,9 @@ class Untagged(NamedTuple):
     reason: str | None = None
 
 
-def untagged_marker(tenant: str, reason: str | None = None) -> dict[str, Any]:
-    """The HTTP process's note to the scheduler about a request without (valid) tags."""
-    return {"tenant": tenant, "invalid": reason} if reason else {"tenant": tenant, "untagged": True}
+def untagged_marker(tenant: str, reason: str) -> dict[str, Any]:
+    """The HTTP process's note to the scheduler about a request whose tags it refused, and why."""
+    return {"tenant": tenant, "invalid": reason}
 
 
 class TagError(ValueError):
@@ -169,15 +177,13 @@ def read_stamped(obj: Any) -> Tags | Untagged:
     tenant = obj.get("tenant") if isinstance(obj.get("tenant"), str) else ""
     if "invalid" in obj:
         return Untagged(tenant, str(obj["invalid"]))
-    if obj.get("untagged"):
-        return Untagged(tenant)
     try:
         tags = parse(obj)
     except TagError as exc:
         return Untagged(tenant, exc.reason)
     ts = obj.get("ts")
     ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
-    return replace(tags, tenant=tenant, ts=ts)
+    return replace(tags, tenant=tenant, ts=ts, implicit=obj.get("implicit") is True)
 
 
 def find(custom_params: Any) -> Any:
@@ -185,3 +191,41 @@ def find(custom_params: Any) -> Any:
     if isinstance(custom_params, Mapping):
         return custom_params.get(KEY)
     return None
+
+
+# ---------------------------------------------------------------- the agent fingerprint rule
+#
+# An agent's fingerprint (docs/wire-format.md) is a digest of its fixed prefix: the leading system or
+# developer messages and the tool schemas when the prompt starts with one (the fixed prompt is then
+# exactly those messages); otherwise (AutoGen's selector, prompts built from one template) the role and
+# the first FIRST_CHARS characters of the first message, plus the tools, with no fixed message. The SDK
+# tags requests with it, and the server gives it to requests that came without tags.
+
+FIRST_CHARS = 200
+FIXED_ROLES = ("system", "developer")
+
+
+def _content(message: Mapping[str, Any]) -> Any:
+    return message.get("content")
+
+
+def agent_of(messages: Sequence[Mapping[str, Any]], tools: Any = None) -> tuple[str, int]:
+    """(agent id, number of leading fixed messages) for a chat prompt."""
+    fixed = 0
+    while fixed < len(messages) and isinstance(messages[fixed], Mapping) and messages[fixed].get("role") in FIXED_ROLES:
+        fixed += 1
+    if fixed:
+        basis: Any = [[m.get("role"), _content(m)] for m in messages[:fixed]]
+    elif messages and isinstance(messages[0], Mapping):
+        first = messages[0]
+        content = _content(first)
+        head = (
+            content[:FIRST_CHARS]
+            if isinstance(content, str)
+            else json.dumps(content, sort_keys=True, default=str)[:FIRST_CHARS]
+        )
+        basis = [first.get("role"), head]
+    else:
+        basis = []
+    digest = hashlib.sha256(json.dumps([basis, tools or []], sort_keys=True, default=str).encode()).hexdigest()
+    return f"a:{digest[:16]}", fixed

@@ -19,9 +19,8 @@ from typing import Any
 
 import httpx
 
-from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, find, parse
+from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, agent_of, find, parse
 from agentcache_sdk._config import settings
-from agentcache_sdk._tags import agent_of
 from agentcache_sdk._workflow import current_agent_name, current_workflow
 
 ROUTING_HEADER = "x-smg-routing-key"  # sglang-router pins a workflow's requests to one worker with it

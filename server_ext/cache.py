@@ -116,8 +116,11 @@ class AgentCache(UnifiedRadixCache):
         self._requests[req.rid] = tags
         if len(self._requests) > MAX_PENDING_REQUESTS:
             self._requests.popitem(last=False)
-        self._count("tagged_requests", tenant=tenant)
         self.policy.on_request(tags, self.now)
+        if tags.implicit:  # no tags from the client: its own workflow, ended with it
+            self._count("untagged_requests", tenant=tenant)
+            return
+        self._count("tagged_requests", tenant=tenant)
         self.workflows.on_request(tags.key, tags.agent_name, tags.agent)
 
     def admitted(self, req: Any) -> None:
@@ -152,6 +155,8 @@ class AgentCache(UnifiedRadixCache):
         if used:
             self._count("prefetch_used_tokens", used, metric="tokens")
         self.policy.tag_path(path, tags, tags.ts, matched, len(req.origin_input_ids))
+        if tags.implicit:
+            self.policy.on_end(tags.key, self.now)
         tenant = tags.tenant
         self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
         self._count("hit_tokens", matched, metric="tokens", tenant=tenant)
@@ -186,7 +191,9 @@ class AgentCache(UnifiedRadixCache):
 
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
         super().on_release(req, checkpointed=checkpointed)
-        self._requests.pop(req.rid, None)
+        tags = self._requests.pop(req.rid, None)
+        if tags is not None and tags.implicit:  # released without finishing (aborted): its workflow ends too
+            self.policy.on_end(tags.key, self.now)
 
     # -- control
 

@@ -37,7 +37,19 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import ORJSONResponse
 
-from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, VERSION, TagError, find, parse, untagged_marker
+from agentcache.tags import (
+    FIRST_CHARS,
+    HEADER,
+    KEY,
+    MAX_ID_CHARS,
+    VERSION,
+    TagError,
+    Tags,
+    agent_of,
+    find,
+    parse,
+    untagged_marker,
+)
 
 logger = logging.getLogger("agentcache")
 
@@ -117,19 +129,42 @@ def resolve_fixed_messages(serving_chat: Any, request: Any, prompt_ids: list[int
     return _common_prefix(prefix, prompt_ids)
 
 
+@dataclass
+class Implicit:
+    """Tags the server makes for a request that came without any (no SDK): a workflow of its own, the agent by
+    the SDK's fingerprint rule, so that the policy keeps the shared prompts of untagged clients too. An
+    object no client can send, handed from the chat hook to the generate hook in the request's parameters."""
+
+    agent: str
+    fixed_messages: int = 0
+    fixed_tokens: int = 0
+
+
 def _after_chat_conversion(result: Any, serving_chat: Any, request: Any, raw_request: Any = None) -> None:
-    """AFTER hook on OpenAIServingChat._convert_to_internal_request: fixed_messages -> fixed_tokens."""
+    """AFTER hook on OpenAIServingChat._convert_to_internal_request: fixed_messages -> fixed_tokens.
+
+    A chat request without tags gets implicit ones: its leading system messages are its fixed prompt.
+    """
     adapted, _ = result
     params = adapted.sampling_params if isinstance(adapted.sampling_params, dict) else None
     raw = _tags_from(params, raw_request)
-    if params is None or not isinstance(raw, dict):
+    if params is None:
         return None
-    n = raw.get("fixed_messages")
-    if isinstance(n, int) and not isinstance(n, bool) and isinstance(adapted.input_ids, list):
+    if raw is None and isinstance(params.get("custom_params"), dict | None):
+        agent, fixed = agent_of([m.model_dump() for m in request.messages], request.model_dump().get("tools"))
+        raw = Implicit(agent, fixed)
+        params["custom_params"] = {**(params.get("custom_params") or {}), KEY: raw}
+    n = raw.fixed_messages if isinstance(raw, Implicit) else raw.get("fixed_messages") if isinstance(raw, dict) else None
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0 and isinstance(adapted.input_ids, list):
         try:
-            raw["fixed_tokens"] = resolve_fixed_messages(serving_chat, request, adapted.input_ids, n)
+            fixed = resolve_fixed_messages(serving_chat, request, adapted.input_ids, n)
         except Exception as exc:  # a template that cannot render a prefix: serve, just without the boundary
             _log_once("fixed_messages", f"agentcache: cannot render the first {n} messages ({exc}); no fixed boundary")
+            return None
+        if isinstance(raw, Implicit):
+            raw.fixed_tokens = fixed
+        else:
+            raw["fixed_tokens"] = fixed
     return None
 
 
@@ -164,15 +199,21 @@ def _log_once(reason: str, message: str) -> None:
 def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input_ids: Any) -> None:
     """Validate one request's tags in place, for the scheduler: what it finds under the key is always made
     here, never what a client sent: the accepted tags with the server's timestamp and the tenant, or
-    ``{"invalid": reason, "tenant": ...}``, or (a tenant's request without tags) ``{"untagged": true, ...}``."""
+    implicit tags (a request without any), or ``{"invalid": reason, "tenant": ...}``."""
     raw = _tags_from(params, raw_request)
     tenant = tenant_of_request(raw_request)
-    if raw is None:
+    if raw is None:  # /generate without tags: the agent by the head of its prompt, no fixed boundary
         custom = params.get("custom_params")
-        if tenant and (custom is None or isinstance(custom, dict)):  # counted for its tenant, served as it is
-            params["custom_params"] = {**(custom or {}), KEY: untagged_marker(tenant)}
-        return
+        if custom is not None and not isinstance(custom, dict):
+            return  # served as it is, untagged: nowhere to put tags
+        head = text[:FIRST_CHARS] if isinstance(text, str) else json.dumps(input_ids[:64] if input_ids else [])
+        raw = Implicit(agent_of([{"role": "user", "content": head}])[0])
+        custom = params["custom_params"] = {**(custom or {}), KEY: raw}
     custom = params["custom_params"]
+    if isinstance(raw, Implicit):
+        implicit = Tags(workflow=f"~{uuid.uuid4().hex}", agent=raw.agent, fixed_tokens=raw.fixed_tokens or None)
+        custom[KEY] = implicit.replace(tenant=tenant, ts=time.time(), implicit=True).to_stamped()
+        return
     try:
         if raw is BAD_HEADER:
             raise TagError("bad_header", f"the {HEADER} header is not JSON")

@@ -199,8 +199,6 @@ def assert_intake_outcome(params: dict, tenant: str) -> None:
     assert isinstance(found, dict) and found["tenant"] == tenant
     if "invalid" in found:
         assert found["invalid"] in INTAKE_REASONS and set(found) == {"invalid", "tenant"}
-    elif found.get("untagged"):
-        assert set(found) == {"untagged", "tenant"}
     else:
         assert isinstance(found["ts"], float)
         wire.parse({k: v for k, v in found.items() if k not in ("ts", "tenant")})

@@ -21,9 +21,9 @@ import pytest
 from conftest import free_port
 
 import agentcache_sdk as ac
+from agentcache.tags import agent_of
 from agentcache.trace import read_trace
 from agentcache_sdk import _workflow
-from agentcache_sdk._tags import agent_of
 
 
 class Recording(ThreadingHTTPServer):

@@ -185,3 +185,26 @@ def test_tenants_never_see_or_end_each_others_workflows(server):
     assert "bob-only" not in stats(server, alice)["workflows"] and "bob-only" in stats(server, bob)["workflows"]
     assert end(server, "shared-name", alice)["ended"]
     end(server, "bob-only", bob)
+
+
+def test_requests_without_tags_get_implicit_ones_and_the_same_treatment(server):
+    """No SDK at all: each request is a workflow of its own, ended with it, its system prompt its fixed prompt."""
+    flush(server)
+    before = stats(server)
+    system = {"role": "system", "content": "You are a patient support assistant for the billing team. " * 12}
+
+    def chat(user: str) -> dict:
+        body = {"model": "default", "max_tokens": 2, "messages": [system, {"role": "user", "content": user}]}
+        r = server.client.post("/v1/chat/completions", json=body, timeout=120)
+        r.raise_for_status()
+        return r.json()["usage"]
+
+    chat("My invoice is wrong, what now? " * 3)
+    second = chat("How do I change my card? " * 3)
+    after = stats(server)
+    assert after["untagged_requests"] - before["untagged_requests"] == 2
+    assert after["tagged_requests"] == before["tagged_requests"], "implicit tags are not the client's"
+    assert after["retired_workflows"] - before["retired_workflows"] == 2, "each request ended with itself"
+    assert after["active_workflows"] == before["active_workflows"]
+    assert after["held_tokens"].get("untagged", 0) == 0, "the policy tracks what untagged requests cached"
+    assert second["prompt_tokens_details"]["cached_tokens"] > 0
