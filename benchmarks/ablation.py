@@ -4,7 +4,7 @@
 
 Each row switches one ingredient off (or, for `cost`, on) from the default, so
 the column says what the ingredient adds; LRU, the best SGLang built-in and
-Belady sit beside them. Writes docs/ablation.md and docs/ablation.json.
+the offline reference (belady) sit beside them. Writes docs/ablation.md and docs/ablation.json.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ VARIANTS = {
     "pbkv/-timing": "- time to each workflow's next request",
     "pbkv/-evidence": "- per-node reuse evidence",
     "pbkv/-fallback": "- frequency order where no forecast values a node",
+    "pbkv/-reuse": "- each agent's learned reuse of its last path (context, fresh prompt, output)",
     "pbkv/-lifecycle": "- retired tier",
     "pbkv/+cost": "+ miss cost per token (context length)",
     "pbkv": "default",
@@ -72,7 +73,7 @@ def main() -> None:
         "",
         "Command: `python benchmarks/ablation.py`. Token hit rate per variant; each `pbkv/...` variant is one",
         "ingredient away from the default `pbkv` (`-x`: without x, `+x`: with x). In brackets: the share of the",
-        "LRU-to-Belady gap closed. `best built-in`: the best of SGLang's " + ", ".join(BUILTINS) + ".",
+        "gap between LRU and the offline reference (belady: farthest next use, not a proven optimum) closed. `best built-in`: the best of SGLang's " + ", ".join(BUILTINS) + ".",
         "",
         *(f"- `{variant}`: {label}" for variant, label in VARIANTS.items()),
         "",

@@ -1,10 +1,12 @@
-"""Belady's MIN, the offline optimum: evict the node whose next use is farthest in the future.
+"""The offline reference (Belady's MIN rule): evict the node whose next use is farthest in the future.
 
 It sees the whole trace through `next_use(node)`, the index of the next
 request that will read the node (infinity if none will), which the replay
-computes from the trace. Nothing online can do better than this order in
-the unit-size case; with variable-size radix nodes it is the standard
-near-optimal reference every online policy is measured against.
+computes from the trace. For unit-size items this order is optimal; over
+radix nodes of different sizes, freed whole leaves at a time, it is a strong
+heuristic and not a proven optimum: an online policy can beat it. Every
+online policy is measured against it, and the ladder reports the unlimited
+cache beside it as the true ceiling.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Replay a trace through SGLang's real radix cache, once per policy, and measure each run.
 
 All policies see the same token encoding of the same trace; every number of a
-run is set beside LRU (what users have today) and Belady (the offline optimum)
+run is set beside LRU (what users have today) and the offline reference (Belady's farthest-next-use rule)
 as the share of the gap between them that the policy closes.
 """
 
@@ -105,7 +105,7 @@ def replay_policy(
 ) -> ReplayResult:
     """Replay the whole trace with one policy (ours by name, or one of SGLang's built-ins)."""
     registry = WorkflowRegistry(lease_s=lease_s)
-    current = 0  # index of the request being served, for the offline optimum's look-ahead
+    current = 0  # index of the request being served, for the offline reference's look-ahead
 
     def next_use(node: Any) -> float:
         return prepared.next_use.next_use(node.key.token_ids[0], current)

@@ -7,7 +7,7 @@ token id name its place: ``id = chain * 2**OFFSET_BITS + offset``, where
 share exactly the tokens they would share with content-seeded random ids (the
 same segments in the same order), no two different segments ever collide, and
 any token says which segment-in-context it belongs to, which is what the
-offline optimum needs to find a node's next use.
+offline reference needs to find a node's next use.
 """
 
 from __future__ import annotations
