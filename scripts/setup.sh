@@ -71,7 +71,7 @@ SGLANG_USE_CPU_ENGINE=$([ "$MODE" = cpu ] && echo 1 || echo 0) "$VENV/bin/python
 import importlib.metadata as md
 import sglang, torch
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: F401
-import agentcache.server_ext.adapter  # noqa: F401
+import agentcache.server_ext.cache  # noqa: F401
 print(f"torch {torch.__version__} | sglang {sglang.__version__} | agentcache {md.version('agentcache')}")
 EOF
 echo "setup: done ($MODE). Run: .venv/bin/agentcache --help"
