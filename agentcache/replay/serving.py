@@ -65,6 +65,7 @@ class Served:
     output_tokens: int
     hit_tokens: int = 0
     loaded_tokens: int = 0
+    admitted_at: float = math.nan  # start of its prefill batch: it waited in the queue until then
     first_token: float = math.nan
     finished: float = math.nan
     admitted: bool = True
@@ -89,17 +90,24 @@ class _Running:
 class Worker:
     """One SGLang worker: its cache (with the policy) and its scheduler's queue, running batch and clock."""
 
-    def __init__(self, index: int, cache: ReplayCache, cost: CostModel, prefill_budget: int):
+    def __init__(
+        self, index: int, cache: ReplayCache, cost: CostModel, prefill_budget: int, max_running: int | None = None
+    ):
         self.index = index
         self.cache = cache
         self.cost = cost
         self.prefill_budget = prefill_budget
+        self.max_running = max_running  # requests a batch may hold at once (SGLang's max_running_requests)
         self.waiting: deque[tuple[Served, EncodedRequest, Tags]] = deque()
         self.running: list[_Running] = []
         self.busy_until = 0.0  # end of the step in progress
+        self.busy_s = 0.0  # time spent in steps so far
         self.queued_tokens = 0  # prompt tokens waiting (the load a router sees)
         self.served: list[Served] = []
         self._refused: list[Served] = []
+        # The queue's head when it did not fit: it cannot fit before a request finishes or a prefill batch
+        # checkpoints (which frees the slots of prompts another request cached first), so it is not re-checked.
+        self._blocked: Served | None = None
 
     @property
     def policy(self) -> Any:
@@ -121,11 +129,13 @@ class Worker:
             new_and_context = [(r.served.prompt_tokens - r.context, r.context) for r in batch]
             self.busy_until = now + self.cost.prefill_batch_s(new_and_context)
             for r in batch:
+                r.served.admitted_at = now
                 r.served.first_token = self.busy_until
                 r.context = r.served.prompt_tokens
                 r.left -= 1  # a prefill step samples the first output token
                 r.admission = self.cache.checkpoint(r.admission, r.served.arrival)
             self.running.extend(batch)
+            self._blocked = None
         elif self.running:
             self.busy_until = now + self.cost.decode_step_s(len(self.running), sum(r.context for r in self.running))
             for r in self.running:
@@ -133,9 +143,11 @@ class Worker:
                 r.left -= 1
         else:
             self.busy_until = now
+        self.busy_s += self.busy_until - now
         refused, self._refused = self._refused, []
         done = [r for r in self.running if r.left <= 0]
         if done:
+            self._blocked = None
             self.running = [r for r in self.running if r.left > 0]
             for r in done:
                 r.served.finished = self.busy_until
@@ -153,7 +165,12 @@ class Worker:
             served, enc, tags = self.waiting[0]
             if batch and new_tokens + served.prompt_tokens > self.prefill_budget:
                 break
+            if self.max_running is not None and len(self.running) + len(batch) >= self.max_running:
+                break
+            if served is self._blocked:
+                break
             if not self.cache.fits(enc) and (batch or self.running):
+                self._blocked = served
                 break  # waits for running requests to finish and free their slots
             self.waiting.popleft()
             self.queued_tokens -= served.prompt_tokens
@@ -186,6 +203,8 @@ class ServingResult:
     workers: int
     served: list[Served] = field(default_factory=list)
     evicted_tokens: list[dict[str, int]] = field(default_factory=list)
+    busy_s: list[float] = field(default_factory=list)  # per worker: time spent in scheduler steps
+    active_workflows: list[int] = field(default_factory=list)  # per worker, at the end: neither ended nor expired
 
     def summary(self, worker: int | None = None) -> dict[str, Any]:
         rows = [s for s in self.served if worker is None or s.worker == worker]
@@ -210,7 +229,18 @@ class ServingResult:
             "latency_p99_s": _quantile(latency, 0.99),
             "makespan_s": span,
             "throughput_rps": len(done) / span if span > 0 else 0.0,
+            "utilization": self.utilization(worker),
+            "queue_wait_mean_s": sum(s.admitted_at - s.arrival for s in done) / len(done) if done else 0.0,
         }
+
+    def utilization(self, worker: int | None = None) -> float:
+        """Share of the whole run (first arrival to last finish) a worker spent in steps; the mean over workers."""
+        done = [s for s in self.served if s.admitted]
+        if not done or not self.busy_s:
+            return 0.0
+        span = max(s.finished for s in done) - min(s.arrival for s in self.served)
+        busy = self.busy_s if worker is None else [self.busy_s[worker]]
+        return sum(busy) / (len(busy) * span) if span > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -240,6 +270,7 @@ def serve_trace(
     cost: CostModel = DEFAULT_COST,
     time_scale: float = 1.0,
     prefill_budget: int = DEFAULT_PREFILL_BUDGET,
+    max_running: int | None = None,
     host_capacity: int = 0,
     predictor_factory: Callable[[], Predictor | None] = lambda: None,
     lease_s: float = 300.0,
@@ -275,6 +306,7 @@ def serve_trace(
             ),
             cost,
             prefill_budget,
+            max_running,
         )
         for i in range(workers)
     ]
@@ -338,4 +370,6 @@ def serve_trace(
     result = ServingResult(spec.text, capacity, workers)
     result.served = sorted((s for w in pool for s in w.served), key=lambda s: s.index)
     result.evicted_tokens = [dict(w.cache.component.evicted_tokens) for w in pool]
+    result.busy_s = [w.busy_s for w in pool]
+    result.active_workflows = [len(w.policy.registry) for w in pool]
     return result
