@@ -44,7 +44,7 @@ from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.trace import End, Request, Trace
 
 DEFAULT_POLICIES = "lru,lfu,slru,pbkv"
-CAPACITY_FACTOR = 6  # default KV capacity: this many mean prompts (tight enough that eviction matters)
+CAPACITY_FACTOR = 10  # default KV capacity: this many mean prompts (with requests in flight holding theirs, tight)
 
 
 class BenchError(RuntimeError):

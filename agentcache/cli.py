@@ -135,11 +135,22 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
         f" is {DEFAULT_PREDICTOR})",
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
-    p.add_argument("--instances", type=int, default=1, help="replay N instances that split --capacity (default 1)")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="serve the trace with N modelled workers that split --capacity, in the timed replay (default 1)",
+    )
     p.add_argument(
         "--routing",
-        default="round-robin,prefix-aware,workflow-affinity",
-        help="with --instances: how requests are spread (default %(default)s)",
+        default="round-robin,power-of-two,cache-aware,workflow-affinity,workflow-aware",
+        help="with --instances: comma-separated routings (default %(default)s)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="with --instances: multiply arrival times by this; below 1 compresses them into more load (default 1)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON list, an object per run")
     p.add_argument("--plot", metavar="FILE.png", help="draw hit rate over time per policy")
@@ -221,15 +232,22 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, options) -> int:  # noqa: ANN001
-    """--instances N: the same replay over N caches that split the capacity, per routing."""
+    """--instances N: the timed replay with N workers that split the capacity, per routing."""
     from agentcache.policy import PolicyConfigError
-    from agentcache.replay.cluster import RoutingError, replay_cluster
+    from agentcache.replay.cluster import RoutingError, parse_routings, replay_cluster
     from agentcache.replay.runner import PreparedTrace
 
-    prepared = PreparedTrace(trace)
     try:
-        runs = [
-            {"capacity": capacity, "instances": args.instances, **run}
+        routings = parse_routings(args.routing)
+    except RoutingError as exc:
+        raise UsageError(f"--routing: {exc}") from None
+    if args.time_scale <= 0:
+        raise UsageError(f"--time-scale must be > 0, got {args.time_scale}")
+    prepared = PreparedTrace(trace)
+
+    def runs_for(on_request=None):  # noqa: ANN001, ANN202
+        return [
+            {"capacity": capacity, **run}
             for capacity in capacities
             for policy in policies
             for run in replay_cluster(
@@ -237,12 +255,25 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
                 policy,
                 args.instances,
                 capacity // args.instances,
-                args.routing,
+                routings,
+                time_scale=args.time_scale,
                 host_capacity_per_instance=args.host_capacity // args.instances,
                 predictor_factory=options["predictor_factory"],
                 lease_s=args.lease,
+                on_request=on_request,
             )
         ]
+
+    try:
+        if args.json:
+            runs = runs_for()
+        else:
+            from rich.progress import Progress
+
+            total = len(trace.requests) * len(capacities) * len(policies) * len(routings)
+            with Progress(console=console, transient=True) as progress:
+                task = progress.add_task("serving", total=total)
+                runs = runs_for(lambda: progress.advance(task))
     except (RoutingError, PolicyConfigError) as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -250,18 +281,21 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
         return 0
     from rich.table import Table
 
-    table = Table(title=f"{trace.meta.name or args.trace}: {args.instances} instances")
-    for column in ("capacity", "policy", "routing", "hit rate", "imbalance", "per-instance hit rates"):
+    table = Table(title=f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}")
+    columns = ("capacity", "policy", "routing", "hit rate", "TTFT p50", "TTFT p90", "req/s", "util", "imbalance")
+    for column in columns:
         table.add_column(column)
     for run in runs:
-        per = ", ".join(f"{p['hit_rate']:.0%}" for p in run["per_instance"])
         table.add_row(
             str(run["capacity"]),
             run["policy"],
             run["routing"],
             f"{run['hit_rate']:.1%}",
+            f"{run['ttft_p50_s']:.3f} s",
+            f"{run['ttft_p90_s']:.3f} s",
+            f"{run['throughput_rps']:.2f}",
+            f"{run['utilization']:.0%}",
             f"{run['imbalance']:.2f}",
-            per,
         )
     Console().print(table)
     return 0
@@ -454,7 +488,9 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- bench
 
-BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "code-retry", 10, 7  # the default workload: minutes on 2 cores
+# The default workload: a group chat (agents take turns on a shared, growing conversation), small enough to
+# run in minutes on 2 cores, sent fast enough that requests overlap and the cache is contended.
+BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "group-chat", 16, 7
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
@@ -474,11 +510,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="lru,lfu,slru,pbkv", help="comma-separated (default %(default)s)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
     p.add_argument("--workflows", type=int, help="use the trace's first N workflows (default: all)")
-    p.add_argument("--capacity", type=int, help="server KV capacity in tokens (default: 6x the mean prompt)")
+    p.add_argument("--capacity", type=int, help="server KV capacity in tokens (default: 10x the mean prompt)")
     p.add_argument(
         "--token-scale", type=float, default=0.35, help="scale segment sizes; CPU prefill is slow (default %(default)s)"
     )
-    p.add_argument("--time-scale", type=float, default=0.25, help="scale the trace's send times (default %(default)s)")
+    p.add_argument("--time-scale", type=float, default=0.1, help="scale the trace's send times (default %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=4, help="cap on tokens generated per request (default 4)")
     p.add_argument("--model-path", help="model to serve (default: a random-weight model made locally)")
     p.add_argument("--model-size", choices=sorted(SIZES), default="small", help="(default %(default)s)")

@@ -6,13 +6,14 @@
 # 1. Prefetch with SGLang's real host-tier transfer kernels: a node loaded back from host
 #    memory ahead of its request serves that request from device memory, with the same
 #    output as when computed from scratch (tests/test_prefetch_e2e.py, in GPU mode).
-# 2. The live lru-vs-pbkv comparison with a larger random-weight model, where cache hits
-#    are large enough to show in latency: docs/live-replay-gpu.{md,json} (or under $OUT).
+# 2. The live benchmark (`agentcache bench`: fresh server per run, warm-up, alternating order,
+#    medians with min-max) with a random-weight model large enough that prefill dominates:
+#    pbkv against lru and SGLang's lfu/slru, written to $OUT/live-bench-gpu.{json,png}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs}
 nvidia-smi -L
 timeout 180 .venv/bin/python -m pytest -q tests/test_prefetch_e2e.py
-timeout 300 .venv/bin/python benchmarks/live_replay.py --gpu --model-size large \
-    --workflows 48 --token-scale 1.0 --time-scale 0.05 --capacity 40000 --max-new-tokens 16 \
-    --out "$OUT/live-replay-gpu"
+timeout 400 .venv/bin/agentcache bench --gpu --model-size large --workflows 48 --token-scale 1.0 \
+    --time-scale 0.05 --max-new-tokens 16 --repeat 3 --plot "$OUT/live-bench-gpu.png" --json \
+    | tail -n 1 >"$OUT/live-bench-gpu.json"

@@ -119,6 +119,7 @@ def readme_table(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     points = dict.fromkeys((r["trace"], r["capacity"]) for r in rows)
+    below = []
     for trace, capacity in points:
         by = {r["policy"]: r for r in rows if r["trace"] == trace and r["capacity"] == capacity}
         builtin = max((by[b] for b in BUILTINS), key=lambda r: r["hit_rate"])
@@ -128,6 +129,13 @@ def readme_table(rows: list[dict]) -> str:
             f"| {trace} | {capacity} | {by['lru']['hit_rate']:.1%} | {builtin['policy']} {builtin['hit_rate']:.1%}"
             f" | **{pbkv['hit_rate']:.1%}**{gap} | {by['belady']['hit_rate']:.1%} | {by[UNLIMITED]['hit_rate']:.1%} |"
         )
+        if pbkv["hit_rate"] < builtin["hit_rate"]:
+            below.append(
+                f"{trace} at {capacity} ({pbkv['hit_rate']:.1%} against {builtin['policy']} {builtin['hit_rate']:.1%})"
+            )
+    lines.append("")
+    verdict = f"`pbkv` is at or above the best built-in at {len(points) - len(below)} of {len(points)} points"
+    lines.append(verdict + (f"; below it at {', '.join(below)}." if below else "."))
     return "\n".join(lines) + "\n"
 
 

@@ -13,6 +13,12 @@ Its state is bounded, since agent ids come from clients: it keeps the
 observed contexts, forgetting the oldest beyond that, and a rollout follows at
 most MAX_STATES contexts per step. Rows are dense over the kept agents, so these
 caps bound the work of one forecast too.
+
+A forecast depends only on the context (the last N agents) and the counts, so
+forecasts are kept per context and recomputed once `refresh_every` transitions
+have been learned since (1: after every one), or once a new agent or outcome
+appears: many workflows share few contexts, and on a busy server the counts
+of one more transition barely move a forecast.
 """
 
 from __future__ import annotations
@@ -34,12 +40,18 @@ class MarkovPredictor(Predictor):
         smoothing: float = 0.5,
         max_agents: int = 64,
         max_contexts: int = 4096,
+        refresh_every: int = 1,
     ):
         super().__init__(horizon)
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
         if max_agents < 1 or max_contexts < 1:
             raise ValueError(f"max_agents and max_contexts must be >= 1, got {max_agents} and {max_contexts}")
+        if refresh_every < 1:
+            raise ValueError(f"refresh_every must be >= 1, got {refresh_every}")
+        self.refresh_every = refresh_every
+        self._since_refresh = 0
+        self._forecasts: dict[tuple[str, ...], Forecast] = {}  # context -> rows, until the next refresh
         self.order = order
         self.smoothing = smoothing
         self.max_agents = max_agents
@@ -60,6 +72,7 @@ class MarkovPredictor(Predictor):
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         if not path and next_agent == END:
             return  # a workflow that never called anything teaches nothing
+        new_outcome = next_agent not in self.outcomes
         self.outcomes[next_agent] = None
         if next_agent != END:
             self._agents_by_recency[next_agent] = None
@@ -73,7 +86,11 @@ class MarkovPredictor(Predictor):
             self.counts.move_to_end(key)
             row[next_agent] += 1.0
         self._forget_beyond_caps()
-        self._row_cache.clear()
+        self._since_refresh += 1
+        if new_outcome or self._since_refresh >= self.refresh_every:
+            self._since_refresh = 0
+            self._row_cache.clear()
+            self._forecasts.clear()
 
     def _forget_beyond_caps(self) -> None:
         while len(self._agents_by_recency) > self.max_agents:
@@ -118,10 +135,17 @@ class MarkovPredictor(Predictor):
         return {o: (counts.get(o, 0.0) + alpha * prior.get(o, 0.0)) / denom for o in outcomes}
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
+        context = self._context(path)
+        rows = self._forecasts.get(context)
+        if rows is None:
+            rows = self._forecasts[context] = self._roll(context)
+        return rows
+
+    def _roll(self, context: tuple[str, ...]) -> Forecast:
         # Roll the chain forward over contexts (the last N agents), END absorbing. Contexts
         # holding less than PRUNE of the mass merge into their order-1 suffix, which keeps
         # every row summing to one while bounding the work per step.
-        states: dict[tuple[str, ...], float] = {self._context(path): 1.0}
+        states: dict[tuple[str, ...], float] = {context: 1.0}
         ended = 0.0
         rows: Forecast = []
         for _ in range(self.horizon):

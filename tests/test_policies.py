@@ -221,3 +221,56 @@ def test_unknown_policy_and_missing_inputs_are_clear_errors():
     with pytest.raises(PolicyConfigError, match="unknown ingredient"):
         make_policy("pbkv/timing")
     assert make_policy("pbkv/-timing/+cost").ingredients.cost
+
+
+def test_policy_work_per_request_does_not_grow_with_retired_workflows():
+    """pbkv's bookkeeping per request (timing weights, keys recomputed) and every table it keeps stay the same
+    after 100,000 ended workflows as after 1,000: nothing on the hot path grows with workflows ever seen."""
+    policy = make_policy("pbkv")
+    work = {"timing_weight": 0, "score": 0}
+    for name in work:
+        method = getattr(policy, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            work[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(policy, name, counted)
+    shared = {agent: Node(f"sys_{agent}") for agent in ("planner", "coder")}
+    live: list[Node] = []
+    clock = count()
+
+    def workflows(n: int) -> None:
+        for _ in range(n):
+            i = next(clock)
+            for step, agent in enumerate(("planner", "coder")):
+                own = Node(f"w{i}.{step}")
+                touch(policy, [shared[agent], own], f"w{i}", agent, i + step / 2, fixed_tokens=10)
+                live.append(own)
+                del live[:-32]
+                for node in (*shared.values(), *live):  # an eviction round over the leaves a cache would hold
+                    policy.priority(node)
+            policy.on_end(WorkflowKey("", f"w{i}"), i + 0.75)
+
+    def per_request(n: int) -> dict[str, float]:
+        before = dict(work)
+        workflows(n)
+        return {name: (work[name] - before[name]) / (2 * n) for name in work}
+
+    def table_sizes() -> dict[str, int]:
+        owners = {"policy": policy, "registry": policy.registry, "reuse": policy.reuse}
+        return {
+            f"{owner}.{name}": len(value)
+            for owner, obj in owners.items()
+            for name, value in vars(obj).items()
+            if hasattr(value, "__len__") and not isinstance(value, str)
+        }
+
+    workflows(1_000)
+    early, early_sizes = per_request(1_000), table_sizes()
+    workflows(97_000)
+    late, late_sizes = per_request(1_000), table_sizes()
+    for name in work:
+        assert late[name] <= early[name] * 1.05 + 0.05, (name, early, late)
+    grown = {name: (early_sizes[name], size) for name, size in late_sizes.items() if size > early_sizes[name] + 8}
+    assert not grown, grown

@@ -32,6 +32,8 @@ class PolicyStrategy(EvictionStrategy):
 
     def __init__(self, policy: CachePolicy):
         self.policy = policy
+        # SGLang calls this for every evictable leaf at every eviction: the policy's own method, no wrapper.
+        self.get_priority = policy.priority  # type: ignore[method-assign]
 
     def get_priority(self, node: Any) -> tuple:
         return self.policy.priority(node)
@@ -56,6 +58,9 @@ class TaggedFullComponent(FullComponent):
             copied = tags.copy()
             copied.depth = tags.depth - len(child.key)
             setattr(new_parent, TAGS_ATTR, copied)
+            tags.key_epoch = -1  # the child's key reads its size
+            if self.policy is not None:
+                self.policy.adopt(copied)
 
     def evict_component(
         self, node: Any, device_frees: Any, host_frees: Any, cache_actions: Any, target: Any = EvictLayer.DEVICE

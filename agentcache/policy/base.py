@@ -36,7 +36,7 @@ MAX_WORKFLOWS_PER_NODE = 64
 MAX_TRACKED_AGENTS = 4096
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class NodeTags:
     """Policy bookkeeping for one radix-tree node."""
 
@@ -49,6 +49,9 @@ class NodeTags:
     depth: int = 0  # tokens from the root to the end of c
     created: float = 0.0  # policy clock at the first touch
     evicted: bool = False  # the engine evicted c from the device (what was read of it is no longer knowable)
+    # The policy's eviction key for c, kept until something it depends on changes (see PBKVPolicy.priority).
+    key: tuple | None = None
+    key_epoch: int = -1
 
     def copy(self) -> NodeTags:
         return NodeTags(
@@ -233,6 +236,9 @@ class CachePolicy(ABC):
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         """A workflow ended or its lease ran out."""
+
+    def adopt(self, tags: NodeTags) -> None:
+        """The engine split a node: `tags` (a copy of the child's) now belong to the new parent."""
 
     def coverages(self) -> list[AgentCoverage]:
         """The forecasters the policy consults, each counting its forecasts and the agents it knew."""

@@ -60,7 +60,9 @@ from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy.base import (
     CONTEXT,
     FRESH,
+    MAX_TRACKED_AGENTS,
     OUTPUT,
+    TAGS_ATTR,
     CacheNode,
     CachePolicy,
     Latest,
@@ -93,6 +95,18 @@ class Ingredients:
 
 DEFAULT_ORDER = 3
 MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refresh, most recent first
+# SGLang asks for the key of every evictable leaf at every eviction, so keys are kept on the nodes and
+# recomputed only when something they depend on changed: their node was used, a workflow they serve moved
+# on, a fixed prompt's demand changed. What changes with time alone (how soon each workflow calls again,
+# the arrival rate) is refreshed every REFRESH_EVERY requests, or every REFRESH_SHARE of the workflows a
+# refresh visits where that is more (a refresh costs one step per workflow: its cost per request stays
+# bounded however many are open), and a workflow's nodes or a fixed prompt recomputed where that moved its
+# value by more than CHANGE (relative); every key is recomputed every EPOCH_REFRESHES refreshes (what drifts
+# slowly: the reuse shares, read rates). A workflow's own requests update its values at once.
+REFRESH_EVERY = 16
+REFRESH_SHARE = 8
+CHANGE = 0.01
+EPOCH_REFRESHES = 8
 MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
 PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
@@ -129,7 +143,11 @@ class PBKVPolicy(CachePolicy):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         # Default forecaster: online Markov over the last DEFAULT_ORDER agents, backing off to shorter
         # contexts where data is thin (history-dependent exits such as retry caps need the longer ones).
-        chosen = predictor if predictor is not None else MarkovPredictor(order=DEFAULT_ORDER, horizon=3)
+        chosen = (
+            predictor
+            if predictor is not None
+            else MarkovPredictor(order=DEFAULT_ORDER, horizon=3, refresh_every=REFRESH_EVERY)
+        )
         self.predictor = GuardedPredictor(chosen, budget_ms=predictor_budget_ms)
         self.gamma = gamma
         self.ingredients = ingredients
@@ -142,15 +160,32 @@ class PBKVPolicy(CachePolicy):
         self._values: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
         self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
         self._weights: dict[WorkflowKey, float] = {}  # workflow -> timing weight phi_w
-        self._demand: dict[str, float] = {}  # D(a) = sum over active workflows of phi_w v_w(a) (+ arrivals)
+        # D(a) = sum over active workflows of phi_w v_w(a), plus pending requests and arrivals; kept up to date
+        # by each workflow's change (its part is in _parts) and recomputed whole at every refresh.
+        self._demand: dict[str, float] = {}
+        self._parts: dict[WorkflowKey, tuple[float, dict[str, float], str | None]] = {}  # weight, values, pending
+        self._arrivals: dict[str, float] = {}
+        # The demand each agent's fixed-prompt keys were computed with: they are recomputed once it moved by
+        # more than CHANGE (every request moves some demand a little; the keys of shared prompts are many).
+        self._keyed_demand: dict[str, float] = {}
         self._pending: dict[WorkflowKey, str] = {}  # workflow -> the agent of its request not served yet
         self.reuse = ReuseEvidence()
-        self._refreshed = (-1, -1.0)
+        # Kept eviction keys: a node's key is current while it was computed in this epoch and nothing it
+        # depends on changed since (then its key_epoch is reset). A refresh starts a new epoch.
+        self._epoch = 0
+        self._refreshes = 0
+        self._refresh_every = REFRESH_EVERY
+        self._since_refresh = REFRESH_EVERY  # refresh at the first request
+        self._nodes_of: dict[WorkflowKey, dict[int, NodeTags]] = {}  # active workflow -> nodes it touched
+        self._fixed_nodes: dict[str, dict[int, NodeTags]] = {}  # agent -> nodes of its fixed prompt
 
     # -- learning
 
     def on_request(self, tags: Tags, now: float) -> WorkflowState:
         self._now = now
+        self._since_refresh += 1
+        if self._since_refresh >= self._refresh_every:
+            self._refresh()
         known = self.registry.get(tags.key)
         if known is not None:
             gap = now - known.last_seen
@@ -169,12 +204,16 @@ class PBKVPolicy(CachePolicy):
         state = super().on_request(tags, now)
         if self.ingredients.pending:
             self._pending[state.id] = tags.identity
+        self._update(state)
         return state
 
     def on_admit(self, tags: Tags) -> None:
         if self._pending.get(tags.key) == tags.identity:  # its prefix is held now: eviction cannot take it
             del self._pending[tags.key]
             self.registry.version += 1  # the demand changes
+            state = self.registry.get(tags.key)
+            if state is not None:
+                self._update(state)
 
     def tag_path(
         self,
@@ -190,6 +229,36 @@ class PBKVPolicy(CachePolicy):
                 self.reuse.observe(tags.identity, previous, path, matched_tokens)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
         self.on_admit(tags)  # served, in case its admission went unreported
+        workflow, agent = tags.key, tags.identity
+        # The pair's current path moved: the nodes of its old one lose the pair's value.
+        self._invalidate(self._nodes_of.get(workflow))
+        active = self.registry.is_active(workflow)
+        mine = self._nodes_of.setdefault(workflow, {}) if active else None
+        for node in path:
+            t = tags_of(node)
+            if t is None:
+                continue
+            t.key_epoch = -1
+            if mine is not None:
+                mine[id(t)] = t
+            if agent in t.fixed_agents:
+                self._fixed_node(agent)[id(t)] = t
+
+    def adopt(self, tags: NodeTags) -> None:
+        for workflow in tags.workflows:
+            mine = self._nodes_of.get(workflow)
+            if mine is not None:
+                mine[id(tags)] = tags
+        for agent in tags.fixed_agents:
+            self._fixed_node(agent)[id(tags)] = tags
+
+    def _fixed_node(self, agent: str) -> dict[int, NodeTags]:
+        nodes = self._fixed_nodes.get(agent)
+        if nodes is None:
+            nodes = self._fixed_nodes[agent] = {}
+            if len(self._fixed_nodes) > MAX_TRACKED_AGENTS:
+                self._invalidate(self._fixed_nodes.pop(next(iter(self._fixed_nodes))))
+        return nodes
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.predictor.observe(state.path[:-1], state.agent)
@@ -202,6 +271,9 @@ class PBKVPolicy(CachePolicy):
         self._values.pop(state.id, None)
         self._next.pop(state.id, None)
         self._pending.pop(state.id, None)
+        self._weights.pop(state.id, None)
+        self._set_part(state.id, None)
+        self._invalidate(self._nodes_of.pop(state.id, None))  # its nodes may be retired now
 
     def coverages(self) -> list[AgentCoverage]:
         return [self.predictor.coverage]
@@ -266,28 +338,88 @@ class PBKVPolicy(CachePolicy):
             gaps = self.gaps
         return self.gamma ** (gaps.residual(self._now - state.last_seen) / step_gap)
 
-    def _refresh(self) -> None:
-        """Recompute the per-workflow weights and the per-agent demand D(a), once per state and instant."""
-        key = (self.registry.version, self._now)
-        if key == self._refreshed:
+    def _update(self, state: WorkflowState) -> None:
+        """A workflow moved on (or its request was admitted): its weight, its part of the demand, its nodes."""
+        weight = self._weights[state.id] = self.timing_weight(state)
+        values = self._values.get(state.id, {})
+        self._set_part(state.id, (weight, values, self._pending.get(state.id)))
+        self._invalidate(self._nodes_of.get(state.id))
+
+    def _set_part(self, workflow: WorkflowKey, part: tuple[float, dict[str, float], str | None] | None) -> None:
+        """Replace a workflow's part of the demand D(a); the fixed prompts of the agents it touches change key."""
+        if not self.ingredients.fixed_by_forecast:
             return
-        self._refreshed = key
-        self._weights = {}
-        demand: dict[str, float] = (
-            dict(self.arrivals()) if self.ingredients.fixed_by_forecast and self.ingredients.arrivals else {}
-        )
+        demand = self._demand
+        old = self._parts.pop(workflow, None) if part is None else self._parts.get(workflow)
+        changed: set[str] = set()
+        for sign, entry in ((-1.0, old), (1.0, part)):
+            if entry is None:
+                continue
+            weight, values, waiting = entry
+            for agent, v in values.items():
+                demand[agent] = demand.get(agent, 0.0) + sign * weight * v
+                changed.add(agent)
+            if waiting is not None:
+                demand[waiting] = demand.get(waiting, 0.0) + sign
+                changed.add(waiting)
+        if part is not None:
+            self._parts[workflow] = part
+        keyed = self._keyed_demand
+        for agent in changed:
+            now = demand.get(agent, 0.0)
+            if _moved(keyed.get(agent, 0.0), now):
+                keyed[agent] = now
+                self._invalidate(self._fixed_nodes.get(agent))
+
+    def _invalidate(self, nodes: dict[int, NodeTags] | None) -> None:
+        if not nodes:
+            return
+        gone = []
+        for key, t in nodes.items():
+            if t.evicted:
+                gone.append(key)
+            else:
+                t.key_epoch = -1
+        for key in gone:
+            del nodes[key]
+
+    def _refresh(self) -> None:
+        """Recompute what changes with time alone: each workflow's weight and the arrivals; the demand D(a)
+        whole (no drift of its running sums). Keys are recomputed where a value moved by more than CHANGE,
+        and all of them every EPOCH_REFRESHES refreshes."""
+        self._since_refresh = 0
+        self._refreshes += 1
+        if self._refreshes % EPOCH_REFRESHES == 0:
+            self._epoch += 1
+        ingredients = self.ingredients
+        weights: dict[WorkflowKey, float] = {}
+        parts: dict[WorkflowKey, tuple[float, dict[str, float], str | None]] = {}
+        self._arrivals = self.arrivals() if ingredients.fixed_by_forecast and ingredients.arrivals else {}
+        demand: dict[str, float] = dict(self._arrivals)
         # The most recently active workflows only: bounded work per refresh, however many workflows
         # hostile or forgetful clients leave open (the older ones are the least likely to call soon).
         for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
-            weight = self._weights[state.id] = self.timing_weight(state)
-            values = self._values.get(state.id)
-            if values and self.ingredients.fixed_by_forecast:
+            weight = weights[state.id] = self.timing_weight(state)
+            if _moved(self._weights.get(state.id), weight):
+                self._invalidate(self._nodes_of.get(state.id))
+            values = self._values.get(state.id, {})
+            waiting = self._pending.get(state.id)
+            parts[state.id] = (weight, values, waiting)
+            if ingredients.fixed_by_forecast:
                 for agent, v in values.items():
                     demand[agent] = demand.get(agent, 0.0) + weight * v
-        if self.ingredients.fixed_by_forecast:
-            for agent in self._pending.values():
-                demand[agent] = demand.get(agent, 0.0) + 1.0
-        self._demand = demand
+                if waiting is not None:
+                    demand[waiting] = demand.get(waiting, 0.0) + 1.0
+        keyed = {}  # agents absent from the demand have none (and keep no entry)
+        for agent in demand.keys() | self._keyed_demand.keys():
+            now, then = demand.get(agent, 0.0), self._keyed_demand.get(agent, 0.0)
+            if _moved(then, now):
+                self._invalidate(self._fixed_nodes.get(agent))
+                then = now
+            if agent in demand:
+                keyed[agent] = then
+        self._weights, self._parts, self._demand, self._keyed_demand = weights, parts, demand, keyed
+        self._refresh_every = max(REFRESH_EVERY, len(weights) // REFRESH_SHARE)
 
     # -- ranking
 
@@ -296,7 +428,6 @@ class PBKVPolicy(CachePolicy):
         t = t if t is not None else tags_of(node)
         if t is None:
             return 0.0
-        self._refresh()
         fixed = t.fixed_agents if self.ingredients.fixed_by_forecast else ()
         total = sum(self._demand.get(agent, 0.0) for agent in fixed)
         current_only = self.ingredients.current_paths
@@ -321,7 +452,16 @@ class PBKVPolicy(CachePolicy):
         return total
 
     def priority(self, node: CacheNode) -> tuple:
-        t = tags_of(node)
+        """The eviction key, kept on the node until something it depends on changes (see REFRESH_EVERY)."""
+        t = getattr(node, TAGS_ATTR, None)
+        if t is not None and t.key_epoch == self._epoch and t.key[-1] == node.last_access_time:
+            return t.key
+        key = self._priority(node, t)
+        if t is not None:
+            t.key, t.key_epoch = key, self._epoch
+        return key
+
+    def _priority(self, node: CacheNode, t: NodeTags | None) -> tuple:
         ing = self.ingredients
         if ing.lifecycle and self.is_retired(t) and not (ing.fixed_by_forecast and t.fixed_agents):
             return (0, 0.0, 0.0, node.last_access_time)
@@ -404,6 +544,13 @@ class ReuseEvidence:
         read, total, observations = counts[i : i + 3]
         weight = REUSE_PRIOR * total / observations  # the prior counts as REUSE_PRIOR of the agent's observations
         return (read + weight * prior) / (total + weight)
+
+
+def _moved(old: float | None, new: float | None) -> bool:
+    """Whether a value changed by more than CHANGE of itself (appearing or disappearing counts)."""
+    if old is None or new is None:
+        return old is not new
+    return abs(new - old) > CHANGE * max(abs(new), abs(old))
 
 
 def _ewma(mean: float, sample: float, alpha: float = 0.05) -> float:

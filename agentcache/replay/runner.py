@@ -133,7 +133,8 @@ def replay_policy(
         tags = request_tags(event, enc)
         policy.on_request(tags, event.ts)
         served = cache.serve(enc, tags, event.ts)
-        cache.remember_fixed_prompt(event.agent, enc)
+        if mode is not None:  # warm-ups re-send fixed prompts
+            cache.remember_fixed_prompt(event.agent, enc)
         hit = served.hit_tokens
         result.requests += 1
         result.prompt_tokens += enc.prompt_len

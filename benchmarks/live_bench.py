@@ -1,0 +1,115 @@
+"""The live benchmark's default run, written into docs/live-bench.md and the README's live table.
+
+    .venv/bin/python benchmarks/live_bench.py        # about 15 minutes on 2 cores
+
+Runs `agentcache bench --json --plot docs/img/live-bench.png` (its defaults: a generated group chat,
+lru, lfu, slru and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
+strategies on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
+Extra arguments go to `agentcache bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+
+from suite import DOCS, write_between_markers
+
+ROOT = DOCS.parent
+BUILTINS = ("lfu", "slru")
+
+
+def ratio(summary: dict, policy: str, base: str, metric: str) -> list[float]:
+    """Per repetition (runs of one repetition ran next to each other), `policy`'s metric over `base`'s."""
+    mine = {r["repetition"]: r[metric] for r in summary[policy]["repetitions"]}
+    theirs = {r["repetition"]: r[metric] for r in summary[base]["repetitions"]}
+    return [mine[i] / theirs[i] for i in sorted(mine) if theirs.get(i)]
+
+
+def cell(spread: dict) -> str:
+    return f"{spread['median']:.2f} [{spread['min']:.2f}-{spread['max']:.2f}]"
+
+
+def table(summary: dict) -> list[str]:
+    lines = [
+        "| policy | hit rate | prompt tokens computed | time to first token (s) | latency (s) | completion (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for policy, r in summary.items():
+        lines.append(
+            f"| {policy} | {r['hit_rate']:.1%} | {r['computed_prompt_tokens']:,.0f} | {cell(r['ttft_s'])} "
+            f"| {cell(r['latency_s'])} | {cell(r['makespan_s'])} |"
+        )
+    return lines
+
+
+def verdicts(summary: dict) -> list[str]:
+    """pbkv against lru and against the best of lfu/slru by hit rate, as medians of per-repetition ratios."""
+    builtins = [b for b in BUILTINS if b in summary]
+    bases = ["lru"] + ([max(builtins, key=lambda b: summary[b]["hit_rate"])] if builtins else [])
+    lines = []
+    for base in bases:
+        if base not in summary or "pbkv" not in summary:
+            continue
+        parts = []
+        for metric, name in (
+            ("computed_prompt_tokens", "prompt tokens computed"),
+            ("ttft_s", "time to first token"),
+            ("makespan_s", "completion time"),
+        ):
+            r = ratio(summary, "pbkv", base, metric)
+            parts.append(f"{name} {sorted(r)[len(r) // 2]:.2f}x [{min(r):.2f}-{max(r):.2f}]")
+        fewer = sum(x < 1.0 for x in ratio(summary, "pbkv", base, "computed_prompt_tokens"))
+        runs = summary["pbkv"]["runs"]
+        lines.append(
+            f"- pbkv vs {base}: "
+            + ", ".join(parts)
+            + f"; fewer prompt tokens computed in {fewer} of {runs} repetitions."
+        )
+    return lines
+
+
+def main() -> None:
+    extra = sys.argv[1:]
+    command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(DOCS / "img/live-bench.png")]
+    proc = subprocess.run(command + extra, stdout=subprocess.PIPE, text=True, cwd=ROOT)  # stderr: the progress bar
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != 0:
+        sys.exit(proc.returncode)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    shown = "agentcache bench " + " ".join(["--json", "--plot", "docs/img/live-bench.png", *extra])
+    lines = table(summary) + ["", *verdicts(summary)]
+    page = [
+        "# Live benchmark: real requests against the CPU server",
+        "",
+        f"Command: `{' '.join(['.venv/bin/python benchmarks/live_bench.py', *extra])}` (runs `{shown}`;",
+        f"{platform.machine()}, 2 cores, no GPU).",
+        "",
+        "Each policy and repetition gets a fresh server (the bundled SGLang 0.5.23 in CPU dev mode, a",
+        "small random-weight model), warmed up with requests that share nothing with the workload; policies",
+        "run in alternating order; figures are medians over repetitions with [min-max]. lru, lfu and slru",
+        "are plain SGLang started with `--radix-eviction-policy`; pbkv is the plugin. Prompt tokens",
+        "computed and hit rate come from the server's own usage report per request; time to first token",
+        "is measured on the streamed answer; completion is the whole run, first request to last answer.",
+        "Ratios are pbkv's figure over the other's, per repetition (runs of one repetition ran next to",
+        "each other), median [min-max].",
+        "",
+        *lines,
+        "",
+        "![time to first token and latency](img/live-bench.png)",
+        "",
+        "On CPU, prefill of the small model is cheap beside the server's fixed costs per request, so",
+        "time saved is smaller than prompt tokens saved; `benchmarks/gpu_check.sh` runs the same bench",
+        "with a larger model on a GPU.",
+        "",
+    ]
+    (DOCS / "live-bench.md").write_text("\n".join(page))
+    (DOCS / "live-bench.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_between_markers(ROOT / "README.md", "live", "\n".join(lines) + "\n")
+    print("wrote docs/live-bench.md, docs/live-bench.json, README.md's live table", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

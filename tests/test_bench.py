@@ -1,0 +1,54 @@
+"""`agentcache bench` refuses what it cannot run before it starts any server, saying where and what."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentcache.cli import main
+from agentcache.trace import write_trace
+from agentcache.workloads import GenConfig, generate
+
+
+@pytest.fixture
+def good_trace(tmp_path):
+    path = tmp_path / "good.jsonl"
+    write_trace(path, generate("group-chat", GenConfig(workflows=2, seed=1)))
+    return path
+
+
+def test_a_trace_with_a_broken_line_is_named_with_its_line(tmp_path, good_trace, capsys):
+    lines = good_trace.read_text().splitlines()
+    lines[3] = '{"type": "request", "ts": '  # cut off mid-record
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n")
+    assert main(["bench", str(broken), "--port", "1"]) == 2
+    out = capsys.readouterr().err
+    assert "broken.jsonl:4: not valid JSON" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--repeat", "2"], "--repeat must be >= 3"),
+        (["--policy", "lru,nosuch"], "--policy"),
+        (["--policy", "belady"], "cannot run live"),
+        (["--time-scale", "0"], "--time-scale must be > 0"),
+        (["--workflows", "0"], "--workflows must be >= 1"),
+    ],
+)
+def test_bad_options_are_refused_clearly(good_trace, capsys, args, says):
+    assert main(["bench", str(good_trace), *args]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_missing_trace_file_is_named(tmp_path, capsys):
+    assert main(["bench", str(tmp_path / "absent.jsonl")]) == 2
+    assert "absent.jsonl" in capsys.readouterr().err
+
+
+def test_the_json_contract_keys_are_documented_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    for key in ("hit_rate", "computed_prompt_tokens", "runs", "ttft_s", "latency_s", "makespan_s"):
+        assert key in text
