@@ -1,59 +1,62 @@
-"""Replay a trace over several cache instances behind a router, to compare routings at equal total capacity.
+"""Several SGLang workers behind a router, in the timed replay: routings compared at equal total capacity.
 
-Scale-out splits one cache into N: whether a workflow's history is still
-cached now depends on which instance its next request lands on. Each instance
-is a :class:`ReplayCache` (SGLang's real radix cache) with its own policy,
-workflow registry and forecaster, fed exactly as ``replay_policy`` feeds one;
-only the choice of instance is new. Routings:
+Scale-out splits one cache into N: whether a request's prefix is cached now
+depends on which worker it lands on, and how long it waits depends on how
+many requests went there before it. The trace is served by the timed replay
+(:func:`agentcache.replay.serving.serve_trace`: each worker is SGLang's real
+radix cache with the policy, under a model of its scheduler, on one clock),
+and a router chooses each request's worker as it arrives. Routings:
 
-- ``round-robin``: request i goes to instance i mod N (workflow-blind).
-- ``prefix-aware``: the instance whose device cache holds the longest prefix
-  of the prompt, probed with the tree core's read-only
-  ``match_full_device_prefix`` (no node split, no access-time update: probing
-  N caches changes none of them, and the probe equals the hit the request then
-  gets); ties go to the instance with the fewest prompt tokens routed so far.
-  Like sglang-router's ``cache_aware`` policy, without its load-balance
-  thresholds and with the real cache contents instead of the router's
-  approximate tree.
-- ``workflow-affinity``: every request of a workflow goes where its first one
-  went; a new workflow goes to the instance with the fewest active workflows
-  (seen there, neither ended nor expired). That is sglang-router's ``--policy
-  manual`` with the SDK's ``x-smg-routing-key``; the router itself places a
-  new key at random or by its own counts (``--assignment-mode``), as it never
-  hears of ends.
+- ``round-robin``: request i to worker i mod N (sglang-router ``round_robin``).
+- ``power-of-two``: two distinct workers drawn at random, the one with fewer
+  requests in flight (sglang-router ``power_of_two``).
+- ``cache-aware``: sglang-router 0.3.2's ``cache_aware`` with its defaults
+  (:class:`CacheAware`): an approximate prefix tree of what it sent where;
+  when the in-flight loads are imbalanced (max - min > 64 and max > 1.5 x
+  min) the least-loaded worker; else the worker of the longest match if it
+  covers more than 30% of the prompt, else the worker with the smallest tree.
+- ``workflow-affinity``: the router's ``manual`` policy keyed by the workflow
+  id (``--assignment-mode min_group``): a workflow's requests all go where its
+  first went, a new workflow to the worker holding the fewest keys.
+- ``workflow-aware``: the client routes (:mod:`agentcache.routing`): each
+  request to the slot with the largest expected saved prefill minus the
+  queueing it adds, within a bound on imbalance, sent as the routing key of
+  that slot through the same ``manual`` policy.
 
-End events go to every instance that served the workflow. Belady's look-ahead
-is over the whole trace, not per instance, so in a cluster it is a
-heuristic, not a bound.
+A router's load is what sglang-router counts: requests it sent to a worker
+and has not seen answered. End events go to every worker that served the
+workflow (``serve_trace`` does that). Belady's look-ahead is over the whole
+trace, not per worker, so in a cluster it is a heuristic, not a bound.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import random
 import time
-from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sglang.srt.mem_cache.radix_cache import RadixKey
-
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy import PolicySpec, WorkflowRegistry
+from agentcache.policy import PolicyConfigError, PolicySpec
 from agentcache.predictor import Predictor
-from agentcache.replay.engine import ReplayCache
-from agentcache.replay.runner import (
-    PreparedTrace,
-    ReplayResult,
-    as_spec,
-    build_replay_cache,
-    prefetch_step,
-    request_tags,
-)
+from agentcache.replay.runner import PreparedTrace, as_spec
+from agentcache.replay.serving import Served, ServingResult, Worker, serve_trace
 from agentcache.replay.tokens import EncodedRequest
-from agentcache.tags import WorkflowKey
-from agentcache.trace import End, Request, Trace
+from agentcache.routing import DEFAULT_MAX_IMBALANCE, Placement, WorkflowAwareRouting, slot_key
+from agentcache.trace import Request, Trace
 
-ROUTINGS = ("round-robin", "prefix-aware", "workflow-affinity")
+ROUTINGS = ("round-robin", "power-of-two", "cache-aware", "workflow-affinity", "workflow-aware")
+
+# sglang-router 0.3.2's defaults (sglang_router/router_args.py).
+CACHE_THRESHOLD = 0.3
+BALANCE_ABS_THRESHOLD = 64
+BALANCE_REL_THRESHOLD = 1.5
+EVICTION_INTERVAL_S = 60.0
+MAX_TREE_CHARS = 2**26
+CHARS_PER_TOKEN = 4  # the router's tree counts characters; the trace counts tokens
 
 
 class RoutingError(ValueError):
@@ -72,123 +75,299 @@ def parse_routings(routings: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# ---------------------------------------------------------------- routers
+
+
+class InFlight:
+    """A router's load per worker: requests it sent there whose answer has not come back yet."""
+
+    def __init__(self, workers: int):
+        self.load = [0] * workers
+        self._answers: list[tuple[float, int, int]] = []  # (answered at, order, worker)
+        self._order = itertools.count()
+
+    def sent(self, worker: int) -> None:
+        self.load[worker] += 1
+
+    def answered(self, served: Served) -> None:
+        """`served` will be answered at `served.finished` (the replay knows it when its last step starts)."""
+        heapq.heappush(self._answers, (served.finished, next(self._order), served.worker))
+
+    def advance(self, now: float) -> None:
+        while self._answers and self._answers[0][0] <= now:
+            _, _, worker = heapq.heappop(self._answers)
+            self.load[worker] -= 1
+
+    def least_loaded(self) -> int:
+        return min(range(len(self.load)), key=self.load.__getitem__)
+
+
+class ModelledRouter:
+    """A router in the timed replay: `serve_trace`'s router, `on_finish` and `on_end` in one object."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.in_flight = InFlight(workers)
+
+    def __call__(self, request: Request, enc: EncodedRequest, _pool: Sequence[Worker], now: float) -> int:
+        self.in_flight.advance(now)
+        worker = self.choose(request, enc, now)
+        self.in_flight.sent(worker)
+        return worker
+
+    def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
+        raise NotImplementedError
+
+    def on_finish(self, served: Served) -> None:
+        self.in_flight.answered(served)
+
+    def on_end(self, workflow: str, at: float) -> None:
+        pass
+
+
+class RoundRobin(ModelledRouter):
+    def __init__(self, workers: int):
+        super().__init__(workers)
+        self._next = 0
+
+    def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
+        worker, self._next = self._next, (self._next + 1) % self.workers
+        return worker
+
+
+class PowerOfTwo(ModelledRouter):
+    """Two distinct workers at random; the one with fewer requests in flight (the first drawn on a tie)."""
+
+    def __init__(self, workers: int, seed: int = 0):
+        super().__init__(workers)
+        self._rng = random.Random(seed)
+
+    def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
+        if self.workers == 1:
+            return 0
+        a, b = self._rng.sample(range(self.workers), 2)
+        return b if self.in_flight.load[b] < self.in_flight.load[a] else a
+
+
 @dataclass
-class Instance:
-    """One cache of the cluster (with its own policy and workflow registry), and what it served."""
-
-    cache: ReplayCache
-    result: ReplayResult
-    last_ts: float = 0.0  # time of its last request: the idle time before the next one is its prefetch budget
-
-    @property
-    def active_workflows(self) -> int:
-        """Workflows seen here and neither ended nor expired, by this instance's own registry."""
-        return len(self.cache.policy.registry)
+class _TreeNode:
+    parent: int  # the chain before this one; 0 at the root
+    tokens: int
+    tenants: dict[int, float] = field(default_factory=dict)  # worker -> last access (insertion order kept)
+    children: dict[int, int] = field(default_factory=dict)  # worker -> children holding it
 
 
-class Cluster:
-    """N instances replaying one prepared trace; `current` is the request being served (Belady's look-ahead)."""
+class ApproximateTree:
+    """sglang-router's approximate radix tree: what the router sent to which worker (its tenants).
+
+    The router's tree is over the request's characters; here nodes are the
+    prompt's segments in context (the codec's chains), which is the same tree
+    where prompts differ only at segment boundaries. Sizes are tokens per tenant.
+    """
+
+    def __init__(self, workers: int, max_tokens: int = MAX_TREE_CHARS // CHARS_PER_TOKEN):
+        self.max_tokens = max_tokens
+        self.nodes: dict[int, _TreeNode] = {}
+        self.size = [0] * workers
+
+    def match(self, chains: Sequence[int], lengths: Sequence[int], now: float) -> tuple[int, int | None]:
+        """Tokens of the longest prefix in the tree and a worker holding it (the earliest still there)."""
+        matched, last = 0, None
+        for chain, length in zip(chains, lengths):
+            node = self.nodes.get(chain)
+            if node is None or not node.tenants:
+                break
+            matched, last = matched + length, node
+        if last is None:
+            return 0, None
+        tenant = next(iter(last.tenants))
+        last.tenants[tenant] = now
+        return matched, tenant
+
+    def insert(self, chains: Sequence[int], lengths: Sequence[int], tenant: int, now: float) -> None:
+        parent = 0
+        for chain, length in zip(chains, lengths):
+            node = self.nodes.get(chain)
+            if node is None:
+                node = self.nodes[chain] = _TreeNode(parent, length)
+            if tenant not in node.tenants:
+                self.size[tenant] += length
+                if parent:
+                    above = self.nodes[parent].children
+                    above[tenant] = above.get(tenant, 0) + 1
+            node.tenants[tenant] = now
+            parent = chain
+
+    def smallest_tenant(self) -> int:
+        return min(range(len(self.size)), key=self.size.__getitem__)
+
+    def evict(self) -> None:
+        """Each worker over `max_tokens` loses its least recently used leaves until it fits (the router's timer)."""
+        over = {t for t, size in enumerate(self.size) if size > self.max_tokens}
+        if not over:
+            return
+        leaves = [
+            (node.tenants[t], chain, t)
+            for chain, node in self.nodes.items()
+            for t in over
+            if t in node.tenants and not node.children.get(t)
+        ]
+        heapq.heapify(leaves)
+        while leaves:
+            _, chain, tenant = heapq.heappop(leaves)
+            if self.size[tenant] <= self.max_tokens:
+                continue
+            node = self.nodes[chain]
+            del node.tenants[tenant]
+            self.size[tenant] -= node.tokens
+            if not node.tenants and not node.children:
+                del self.nodes[chain]
+            if node.parent:
+                parent = self.nodes[node.parent]
+                parent.children[tenant] -= 1
+                if not parent.children[tenant]:
+                    del parent.children[tenant]
+                    heapq.heappush(leaves, (parent.tenants[tenant], node.parent, tenant))
+
+
+class CacheAware(ModelledRouter):
+    """sglang-router 0.3.2's ``cache_aware`` policy, with its defaults."""
 
     def __init__(
         self,
-        prepared: PreparedTrace,
-        policy: PolicySpec | str,
-        instances: int,
-        capacity: int,
+        workers: int,
         *,
-        host_capacity: int = 0,
-        predictor_factory: Callable[[], Predictor | None] = lambda: None,
-        lease_s: float = 300.0,
+        cache_threshold: float = CACHE_THRESHOLD,
+        balance_abs_threshold: int = BALANCE_ABS_THRESHOLD,
+        balance_rel_threshold: float = BALANCE_REL_THRESHOLD,
+        eviction_interval_s: float = EVICTION_INTERVAL_S,
+        max_tree_tokens: int = MAX_TREE_CHARS // CHARS_PER_TOKEN,
     ):
-        self.prepared = prepared
-        self.current = 0
-        spec = as_spec(policy)
-        self.prefetch_mode = spec.prefetch
-        self.instances = [
-            self._instance(spec, capacity, host_capacity, predictor_factory(), lease_s) for _ in range(instances)
-        ]
+        super().__init__(workers)
+        self.tree = ApproximateTree(workers, max_tree_tokens)
+        self.cache_threshold = cache_threshold
+        self.balance_abs_threshold = balance_abs_threshold
+        self.balance_rel_threshold = balance_rel_threshold
+        self.eviction_interval_s = eviction_interval_s
+        self._next_eviction = eviction_interval_s
 
-    def _instance(
-        self, spec: PolicySpec, capacity: int, host_capacity: int, predictor: Predictor | None, lease_s: float
-    ) -> Instance:
-        cache = build_replay_cache(
-            self.prepared, spec, capacity, host_capacity, predictor, WorkflowRegistry(lease_s=lease_s), self._next_use
+    def imbalanced(self) -> bool:
+        low, high = min(self.in_flight.load), max(self.in_flight.load)
+        return high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold
+
+    def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
+        while now >= self._next_eviction:
+            self.tree.evict()
+            self._next_eviction += self.eviction_interval_s
+        lengths = [s.tokens for s in request.segments]
+        if self.imbalanced():
+            choice = self.in_flight.least_loaded()
+        else:
+            matched, tenant = self.tree.match(enc.prompt_chains, lengths, now)
+            rate = matched / enc.prompt_len if enc.prompt_len else 0.0
+            choice = tenant if tenant is not None and rate > self.cache_threshold else self.tree.smallest_tenant()
+        self.tree.insert(enc.prompt_chains, lengths, choice, now)
+        return choice
+
+
+class ManualPolicy:
+    """sglang-router's ``manual`` policy with ``--assignment-mode min_group``: a routing key keeps its worker;
+    a new key goes to the worker holding the fewest keys (the lowest index on a tie). Keys outlive their
+    workflows (the router drops them only after ``--max-idle-secs``, 4 h)."""
+
+    def __init__(self, workers: int):
+        self.keys_per_worker = [0] * workers
+        self.worker_of: dict[str, int] = {}
+
+    def route(self, key: str) -> int:
+        worker = self.worker_of.get(key)
+        if worker is None:
+            worker = min(range(len(self.keys_per_worker)), key=self.keys_per_worker.__getitem__)
+            self.worker_of[key] = worker
+            self.keys_per_worker[worker] += 1
+        return worker
+
+
+class WorkflowAffinity(ModelledRouter):
+    """The manual policy keyed by the workflow id (what the SDK sends today)."""
+
+    def __init__(self, workers: int):
+        super().__init__(workers)
+        self.manual = ManualPolicy(workers)
+
+    def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
+        return self.manual.route(request.workflow)
+
+
+class WorkflowAware(ModelledRouter):
+    """The client's WorkflowAwareRouting picks a slot; its key goes through the manual policy.
+
+    The client hears an answer when it arrives (at the request's finish); a workflow has at most one
+    request in flight (the replay sends its next one after the answer), so placements are kept per workflow.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        requests: Sequence[Request],
+        *,
+        max_imbalance: float = DEFAULT_MAX_IMBALANCE,
+        cost: CostModel = DEFAULT_COST,
+    ):
+        super().__init__(workers)
+        self.client = WorkflowAwareRouting(workers, max_imbalance=max_imbalance, cost=cost)
+        self.manual = ManualPolicy(workers)
+        self._requests = requests  # the trace's requests, by index: whose answer a Served is
+        self._pending: dict[str, Placement] = {}  # workflow -> its request in flight
+        self._answers: list[tuple[float, int, str]] = []  # (answered at, order, workflow)
+        self._order = itertools.count()
+
+    def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
+        self._hear_answers(now)
+        placement = self.client.choose(
+            request.workflow, request.agent, enc.prompt_len, enc.fixed_len, conversation_of(request)
         )
-        return Instance(
-            cache,
-            ReplayResult(policy=spec.text, capacity=capacity, host_capacity=host_capacity),
-        )
+        self._pending[request.workflow] = placement
+        return self.manual.route(slot_key(placement.slot))
 
-    def _next_use(self, node: Any) -> float:
-        return self.prepared.next_use.next_use(node.key.token_ids[0], self.current)
+    def on_finish(self, served: Served) -> None:
+        super().on_finish(served)
+        heapq.heappush(self._answers, (served.finished, next(self._order), self._requests[served.index].workflow))
 
-    def serve(self, i: int, request: Request, enc: EncodedRequest, cost: CostModel) -> None:
-        """replay_policy's per-request step, on instance `i`."""
-        inst = self.instances[i]
-        cache, policy, r = inst.cache, inst.cache.policy, inst.result
-        if self.prefetch_mode is not None:
-            r.prefetched_tokens += prefetch_step(
-                cache, policy, self.prefetch_mode, request.ts - inst.last_ts, request.ts, cost
-            )
-        inst.last_ts = request.ts
-        tags = request_tags(request, enc)
-        policy.on_request(tags, request.ts)
-        served = cache.serve(enc, tags, request.ts)
-        cache.remember_fixed_prompt(request.agent, enc)
-        r.requests += 1
-        r.prompt_tokens += enc.prompt_len
-        r.hit_tokens += served.hit_tokens
-        r.host_hit_tokens += served.loaded_tokens
-        r.prefetch_used_tokens += served.prefetched_tokens
-        r.recomputed_tokens += enc.prompt_len - served.hit_tokens - served.loaded_tokens
-        r.oversized_requests += not served.admitted
-        r.modelled_latency_s += cost.request_s(enc.prompt_len, served.hit_tokens, served.loaded_tokens, request.output)
+    def on_end(self, workflow: str, at: float) -> None:
+        self._hear_answers(at)
+        self.client.ended(workflow)
+
+    def _hear_answers(self, now: float) -> None:
+        while self._answers and self._answers[0][0] <= now:
+            _, _, workflow = heapq.heappop(self._answers)
+            self.client.answered(self._pending.pop(workflow))
 
 
-def cached_prefix(cache: ReplayCache, enc: EncodedRequest) -> int:
-    """Prompt tokens the device cache would serve now (as the server matches: at most prompt-1), read-only."""
-    key = RadixKey(array("q", enc.tokens[: enc.prompt_len - 1]))
-    matched, _node, _pinned = cache.cache.tree_core.match_full_device_prefix(key)
-    return matched
+def conversation_of(request: Request) -> str | None:
+    """The thread a prompt continues: its first segment after the fixed prompt (None when it has none)."""
+    return request.segments[request.fixed].content_id if request.fixed < len(request.segments) else None
 
 
-class Router:
-    """Chooses an instance per request by one of ROUTINGS."""
+def make_router(routing: str, workers: int, prepared: PreparedTrace, cost: CostModel = DEFAULT_COST) -> ModelledRouter:
+    if routing == "round-robin":
+        return RoundRobin(workers)
+    if routing == "power-of-two":
+        return PowerOfTwo(workers)
+    if routing == "cache-aware":
+        return CacheAware(workers)
+    if routing == "workflow-affinity":
+        return WorkflowAffinity(workers)
+    if routing == "workflow-aware":
+        return WorkflowAware(workers, prepared.requests, cost=cost)
+    raise RoutingError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
 
-    def __init__(self, routing: str, instances: Sequence[Instance]):
-        if routing not in ROUTINGS:
-            raise RoutingError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
-        self.routing = routing
-        self.instances = instances
-        self._count = 0
-        self._home: dict[str, int] = {}  # workflow -> its instance (workflow-affinity)
 
-    def choose(self, request: Request, enc: EncodedRequest) -> int:
-        n = len(self.instances)
-        if self.routing == "round-robin":
-            self._count += 1
-            return (self._count - 1) % n
-        if self.routing == "prefix-aware":
-            return max(
-                range(n),
-                key=lambda i: (
-                    cached_prefix(self.instances[i].cache, enc),
-                    -self.instances[i].result.prompt_tokens,
-                    -i,
-                ),
-            )
-        home = self._home.get(request.workflow)
-        if home is None:
-            home = min(range(n), key=lambda i: (self.instances[i].active_workflows, i))
-            self._home[request.workflow] = home
-        return home
-
-    def on_end(self, workflow: str) -> None:
-        self._home.pop(workflow, None)
+# ---------------------------------------------------------------- runs
 
 
 def _imbalance(loads: Sequence[int]) -> float:
-    """max / mean: 1.0 is perfectly even; N means one instance did everything."""
+    """max / mean: 1.0 is perfectly even; N means one worker did everything."""
     mean = sum(loads) / len(loads)
     return max(loads) / mean if mean else 1.0
 
@@ -200,76 +379,71 @@ def replay_routing(
     capacity: int,
     routing: str,
     *,
+    time_scale: float = 1.0,
+    max_running: int | None = None,
     host_capacity: int = 0,
     predictor_factory: Callable[[], Predictor | None] = lambda: None,
     cost: CostModel = DEFAULT_COST,
     lease_s: float = 300.0,
+    on_request: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """One run: the whole trace through `instances` caches, each request routed by `routing`."""
-    policy = as_spec(policy)
-    cluster = Cluster(
+    """One timed run: the trace served by `instances` workers of `capacity` tokens, each request routed by `routing`."""
+    spec = as_spec(policy)
+    router = make_router(routing, instances, prepared, cost)
+    started = time.perf_counter()
+    result = serve_trace(
         prepared,
-        policy,
-        instances,
+        spec,
         capacity,
+        workers=instances,
+        router=router,
+        on_end=router.on_end,
+        on_finish=router.on_finish,
+        cost=cost,
+        time_scale=time_scale,
+        max_running=max_running,
         host_capacity=host_capacity,
         predictor_factory=predictor_factory,
         lease_s=lease_s,
+        on_request=on_request,
     )
-    router = Router(routing, cluster.instances)
-    served_by: dict[str, set[int]] = {}  # workflow -> the instances that served it (its end goes to each)
-    started = time.perf_counter()
-    index = 0
-    for event in prepared.trace.events:
-        if isinstance(event, End):
-            for i in served_by.get(event.workflow, ()):
-                cluster.instances[i].cache.policy.on_end(WorkflowKey("", event.workflow), event.ts)
-            router.on_end(event.workflow)
-            continue
-        cluster.current = index
-        enc = prepared.encoded[index]
-        index += 1
-        i = router.choose(event, enc)
-        served_by.setdefault(event.workflow, set()).add(i)
-        cluster.serve(i, event, enc, cost)
-    wall_s = time.perf_counter() - started
-    results = [inst.result for inst in cluster.instances]
-    for inst in cluster.instances:
-        inst.result.evicted_tokens = dict(inst.cache.component.evicted_tokens)
-        inst.result.replay_wall_s = wall_s
-    prompt = sum(r.prompt_tokens for r in results)
-    hit = sum(r.hit_tokens for r in results)
+    return summarize(result, prepared, routing, time_scale, cost, time.perf_counter() - started)
+
+
+def summarize(
+    result: ServingResult, prepared: PreparedTrace, routing: str, time_scale: float, cost: CostModel, wall_s: float
+) -> dict[str, Any]:
+    """A run's figures: today's untimed fields (hit rate, imbalance, split workflows) and the timed ones."""
+    served_by: dict[str, set[int]] = {}
+    for s in result.served:
+        served_by.setdefault(prepared.requests[s.index].workflow, set()).add(s.worker)
+    total = result.summary()
+    per = [result.summary(i) for i in range(result.workers)]
+    done = [s for s in result.served if s.admitted]
     return {
         "routing": routing,
-        "policy": policy.text,
-        "instances": instances,
-        "capacity_per_instance": capacity,
-        "total_capacity": capacity * instances,
-        "requests": sum(r.requests for r in results),
-        "prompt_tokens": prompt,
-        "hit_tokens": hit,
-        "hit_rate": hit / prompt if prompt else 0.0,
-        "host_hit_tokens": sum(r.host_hit_tokens for r in results),
-        "modelled_latency_s": sum(r.modelled_latency_s for r in results),
-        "oversized_requests": sum(r.oversized_requests for r in results),
-        "imbalance": _imbalance([r.prompt_tokens for r in results]),
-        "request_imbalance": _imbalance([r.requests for r in results]),
+        "policy": result.policy,
+        "instances": result.workers,
+        "capacity_per_instance": result.capacity,
+        "total_capacity": result.capacity * result.workers,
+        "time_scale": time_scale,
+        **total,
+        "host_hit_tokens": sum(s.loaded_tokens for s in done),
+        "modelled_latency_s": sum(
+            cost.request_s(s.prompt_tokens, s.hit_tokens, s.loaded_tokens, s.output_tokens) for s in done
+        ),
+        "imbalance": _imbalance([p["prompt_tokens"] for p in per]),
+        "request_imbalance": _imbalance([p["requests"] for p in per]),
         "workflows": len(served_by),
-        "split_workflows": sum(len(s) > 1 for s in served_by.values()),
+        "split_workflows": sum(len(w) > 1 for w in served_by.values()),
         "per_instance": [
             {
                 "instance": i,
-                "requests": r.requests,
-                "prompt_tokens": r.prompt_tokens,
-                "hit_tokens": r.hit_tokens,
-                "hit_rate": r.hit_rate,
-                "host_hit_tokens": r.host_hit_tokens,
-                "modelled_latency_s": r.modelled_latency_s,
-                "oversized_requests": r.oversized_requests,
-                "evicted_tokens": r.evicted_tokens,
-                "active_workflows": inst.active_workflows,  # left at the end: never ended, lease not run out
+                **p,
+                "evicted_tokens": result.evicted_tokens[i],
+                "active_workflows": result.active_workflows[i],  # left at the end: never ended, lease not run out
             }
-            for i, (inst, r) in enumerate(zip(cluster.instances, results))
+            for i, p in enumerate(per)
         ],
         "replay_wall_s": wall_s,
     }
@@ -282,24 +456,32 @@ def replay_cluster(
     capacity_per_instance: int,
     routings: str | Sequence[str] = ROUTINGS,
     *,
+    time_scale: float = 1.0,
+    max_running: int | None = None,
     host_capacity_per_instance: int = 0,
     predictor_factory: Callable[[], Predictor | None] = lambda: None,
     cost: CostModel = DEFAULT_COST,
     lease_s: float = 300.0,
+    on_request: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One summary per routing: the trace over `instances` caches of `capacity_per_instance` tokens each.
+    """One summary per routing: the trace served by `instances` workers of `capacity_per_instance` tokens each.
 
-    Each dict has `routing`, `hit_rate`, `imbalance` (max/mean prompt tokens per
-    instance), `request_imbalance`, `split_workflows` (workflows served by more
-    than one instance) and `per_instance` (requests, prompt_tokens, hit_rate, ...).
-    Raises RoutingError for a bad routing or cluster shape, PolicyConfigError for a bad policy.
+    Each dict has `routing`, `hit_rate`, `ttft_p50_s`, `ttft_p90_s`, `throughput_rps`, `utilization`,
+    `imbalance` (max/mean prompt tokens per worker), `request_imbalance`, `split_workflows` (workflows
+    served by more than one worker) and `per_instance`. Arrival times are multiplied by `time_scale`
+    (below 1: more load). Raises RoutingError for a bad routing or cluster shape, PolicyConfigError for
+    a bad policy.
     """
     names = parse_routings(routings)
     if instances < 1:
         raise RoutingError(f"instances must be >= 1, got {instances}")
     if capacity_per_instance < 2:
         raise RoutingError(f"capacity per instance must be >= 2 tokens, got {capacity_per_instance}")
+    if time_scale <= 0:
+        raise RoutingError(f"time scale must be > 0, got {time_scale}")
     spec = as_spec(policy)
+    if spec.prefetch is not None:
+        raise PolicyConfigError(f"{spec.text}: prefetch variants are replayed on one instance only (untimed)")
     prepared = trace if isinstance(trace, PreparedTrace) else PreparedTrace(trace)
     return [
         replay_routing(
@@ -308,10 +490,13 @@ def replay_cluster(
             instances,
             capacity_per_instance,
             name,
+            time_scale=time_scale,
+            max_running=max_running,
             host_capacity=host_capacity_per_instance,
             predictor_factory=predictor_factory,
             cost=cost,
             lease_s=lease_s,
+            on_request=on_request,
         )
         for name in names
     ]
