@@ -44,6 +44,9 @@ from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.trace import End, Request, Trace
 
 DEFAULT_POLICIES = "lru,lfu,slru,pbkv"
+# On CPU the engine runs one torch thread: with one per core, a run's timing hinged on whether any other
+# process held a core (a spinning thread waiting for a descheduled one made single runs up to 15x slower).
+ENGINE_CPU_THREADS = 1
 CAPACITY_FACTOR = 10  # default KV capacity: this many mean prompts (with requests in flight holding theirs, tight)
 
 
@@ -312,6 +315,7 @@ def serve_options(spec: PolicySpec, opts: BenchOptions, capacity: int, run_name:
         max_total_tokens=capacity,
         extra_args=[*(["--radix-eviction-policy", spec.name] if plain else []), *opts.extra_args],
         log_path=f"{opts.log_dir}/{run_name}.log" if opts.log_dir else None,
+        cpu_threads=ENGINE_CPU_THREADS,
     )
 
 

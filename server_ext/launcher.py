@@ -70,6 +70,7 @@ class ServeOptions:
     enable_metrics: bool = True
     extra_args: list[str] = field(default_factory=list)
     log_path: str | None = None
+    cpu_threads: int | None = None  # CPU mode: the engine's torch threads (None: torch's default, one per core)
 
     @property
     def cpu_mode(self) -> bool:
@@ -114,6 +115,8 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
     cmd += ["--enable-cache-report"]  # usage.prompt_tokens_details.cached_tokens in OpenAI responses
     if opts.cpu_mode:
         env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if opts.cpu_threads:
+            env["OMP_NUM_THREADS"] = str(opts.cpu_threads)
         cmd += ["--device", "cpu", "--attention-backend", "torch_native", "--skip-server-warmup"]
         if opts.hicache:
             cmd += ["--hicache-io-backend", "direct", "--hicache-mem-layout", "layer_first"]

@@ -52,3 +52,15 @@ def test_the_json_contract_keys_are_documented_in_the_help(capsys):
     text = capsys.readouterr().out
     for key in ("hit_rate", "computed_prompt_tokens", "runs", "ttft_s", "latency_s", "makespan_s"):
         assert key in text
+
+
+def test_bench_servers_run_one_engine_thread_on_cpu():
+    """One torch thread per CPU engine: with one per core a busy neighbour process made single runs 15x slower."""
+    from agentcache.bench import ENGINE_CPU_THREADS, BenchOptions, serve_options
+    from agentcache.policy import PolicySpec
+    from agentcache.server_ext.launcher import sglang_command
+
+    for policy in ("lru", "pbkv"):
+        opts = serve_options(PolicySpec.parse(policy), BenchOptions(cpu=True), 8000, "run")
+        _, env = sglang_command(opts, "/models/m")
+        assert env["OMP_NUM_THREADS"] == str(ENGINE_CPU_THREADS) == "1"
