@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -53,15 +54,16 @@ def verdicts(summary: dict) -> list[str]:
     for base in bases:
         if base not in summary or "pbkv" not in summary:
             continue
-        parts = []
-        for metric, name in (
-            ("computed_prompt_tokens", "prompt tokens computed"),
-            ("ttft_s", "time to first token"),
-            ("makespan_s", "completion time"),
-        ):
-            r = ratio(summary, "pbkv", base, metric)
-            parts.append(f"{name} {sorted(r)[len(r) // 2]:.2f}x [{min(r):.2f}-{max(r):.2f}]")
-        fewer = sum(x < 1.0 for x in ratio(summary, "pbkv", base, "computed_prompt_tokens"))
+        ratios = {
+            name: ratio(summary, "pbkv", base, metric)
+            for metric, name in (
+                ("computed_prompt_tokens", "prompt tokens computed"),
+                ("ttft_s", "time to first token"),
+                ("makespan_s", "completion time"),
+            )
+        }
+        parts = [f"{name} {statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}]" for name, r in ratios.items()]
+        fewer = sum(x < 1.0 for x in ratios["prompt tokens computed"])
         runs = summary["pbkv"]["runs"]
         lines.append(
             f"- pbkv vs {base}: "
