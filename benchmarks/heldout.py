@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import Progress
 from suite import CAPACITY_FACTORS, DOCS, GENERATED, mean_prompt
 
-from agentcache.replay.runner import PreparedTrace, replay_policy
+from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES, generate
 
 SEEDS = (11, 22, 33)
@@ -39,9 +39,10 @@ def run(families: list[str]) -> list[dict]:
                 mean = mean_prompt(trace)
                 for factor in CAPACITY_FACTORS:
                     capacity = int(mean * factor)
-                    hit = {p: replay_policy(prepared, p, capacity).hit_rate for p in POLICIES}
+                    results = {p: replay_policy(prepared, p, capacity) for p in POLICIES}
+                    fill_gap_closed(list(results.values()))
+                    hit = {p: r.hit_rate for p, r in results.items()}
                     best = max(BUILTINS, key=hit.__getitem__)
-                    gap = hit["belady"] - hit["lru"]
                     rows.append(
                         {
                             "family": family,
@@ -50,7 +51,7 @@ def run(families: list[str]) -> list[dict]:
                             "hit_rate": hit,
                             "best_builtin": best,
                             "margin": hit["pbkv"] - hit[best],
-                            "gap_closed": (hit["pbkv"] - hit["lru"]) / gap if gap > 1e-9 else None,
+                            "gap_closed": results["pbkv"].gap_closed,
                         }
                     )
                     progress.advance(task)
