@@ -494,6 +494,7 @@ BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "group-chat", 16, 7
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from agentcache.bench import CAPACITY_FACTOR, DEFAULT_POLICIES
     from agentcache.server_ext.model import SIZES
 
     p = sub.add_parser(
@@ -507,10 +508,12 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "trace", nargs="?", help=f"trace file (default: {BENCH_WORKFLOWS} generated {BENCH_FAMILY} workflows)"
     )
-    p.add_argument("--policy", default="lru,lfu,slru,pbkv", help="comma-separated (default %(default)s)")
+    p.add_argument("--policy", default=DEFAULT_POLICIES, help="comma-separated (default %(default)s)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
     p.add_argument("--workflows", type=int, help="use the trace's first N workflows (default: all)")
-    p.add_argument("--capacity", type=int, help="server KV capacity in tokens (default: 10x the mean prompt)")
+    p.add_argument(
+        "--capacity", type=int, help=f"server KV capacity in tokens (default: {CAPACITY_FACTOR}x the mean prompt)"
+    )
     p.add_argument(
         "--token-scale", type=float, default=0.35, help="scale segment sizes; CPU prefill is slow (default %(default)s)"
     )
