@@ -73,7 +73,9 @@ def main() -> None:
         "",
         "Command: `python benchmarks/ablation.py`. Token hit rate per variant; each `pbkv/...` variant is one",
         "ingredient away from the default `pbkv` (`-x`: without x, `+x`: with x). In brackets: the share of the",
-        "gap between LRU and the offline reference (belady: farthest next use, not a proven optimum) closed. `best built-in`: the best of SGLang's " + ", ".join(BUILTINS) + ".",
+        "gap between LRU and the offline reference (belady: farthest next use, not a proven optimum) closed. `best built-in`: the best of SGLang's "
+        + ", ".join(BUILTINS)
+        + ".",
         "",
         *(f"- `{variant}`: {label}" for variant, label in VARIANTS.items()),
         "",

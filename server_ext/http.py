@@ -154,7 +154,13 @@ def _after_chat_conversion(result: Any, serving_chat: Any, request: Any, raw_req
         agent, fixed = agent_of([m.model_dump() for m in request.messages], request.model_dump().get("tools"))
         raw = Implicit(agent, fixed)
         params["custom_params"] = {**(params.get("custom_params") or {}), KEY: raw}
-    n = raw.fixed_messages if isinstance(raw, Implicit) else raw.get("fixed_messages") if isinstance(raw, dict) else None
+    n = (
+        raw.fixed_messages
+        if isinstance(raw, Implicit)
+        else raw.get("fixed_messages")
+        if isinstance(raw, dict)
+        else None
+    )
     if isinstance(n, int) and not isinstance(n, bool) and n > 0 and isinstance(adapted.input_ids, list):
         try:
             fixed = resolve_fixed_messages(serving_chat, request, adapted.input_ids, n)

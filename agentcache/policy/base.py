@@ -65,7 +65,6 @@ class NodeTags:
         )
 
 
-
 class CacheNode(Protocol):
     """The engine-side view of a radix node that policies read."""
 
