@@ -2,13 +2,14 @@
 
     .venv/bin/python benchmarks/overhead.py              # about 12 minutes on 2 cores
     .venv/bin/python benchmarks/overhead.py --quick      # one small point, a minute
+    .venv/bin/python benchmarks/overhead.py --breakdown 100 200000   # where pbkv's time goes at one point
 
 SGLang's scheduler is one Python thread, and every eviction round rebuilds its heap from every evictable
-leaf, calling the strategy's `get_priority` on each. This replays code-retry workflows through SGLang's
+leaf, calling the strategy's `get_priority` on each (pbkv keeps its own heap across rounds instead). This replays code-retry workflows through SGLang's
 real radix cache (the engine layer the server runs) at capacities of 50k / 200k / 800k tokens and
 100 / 500 / 1,500 workflows in flight, and times the whole cache work of each request (match, insert,
 eviction, the policy's bookkeeping) for lru, SGLang's lfu and pbkv in the same process, in rotating
-order. A second pass counts pbkv's `get_priority` calls. Writes docs/overhead.md and
+order. A second pass counts the eviction keys pbkv's heap asked for and those it computed. Writes docs/overhead.md and
 docs/img/overhead.png.
 """
 
@@ -18,6 +19,7 @@ import argparse
 import json
 import platform
 import statistics
+import time
 
 import matplotlib
 
@@ -25,9 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
+from rich.table import Table  # noqa: E402
 from suite import DOCS  # noqa: E402
 
-from agentcache.engine.adapter import PolicyStrategy  # noqa: E402
+from agentcache.policy.pbkv import PBKVPolicy  # noqa: E402
 from agentcache.replay.runner import PreparedTrace, replay_policy  # noqa: E402
 from agentcache.trace import End, Trace  # noqa: E402
 from agentcache.workloads import GenConfig, generate  # noqa: E402
@@ -54,27 +57,72 @@ def mean_in_flight(trace: Trace) -> float:
     return sum(t - s for s, t in spans.values()) / (stop - start) if stop > start else float(len(spans))
 
 
-def count_priority_calls(prepared: PreparedTrace, capacity: int) -> int:
-    calls = 0
-    original = PolicyStrategy.__init__
+def count_keys(prepared: PreparedTrace, capacity: int) -> tuple[int, int]:
+    """pbkv's eviction keys asked for (by its eviction heap) and computed (the rest were kept), in one replay."""
+    asked = computed = 0
+    priority, compute = PBKVPolicy.priority, PBKVPolicy._priority
 
-    def counting(self, policy):  # noqa: ANN001, ANN202
-        original(self, policy)
-        inner = self.get_priority
+    def counting_priority(self, node):  # noqa: ANN001, ANN202
+        nonlocal asked
+        asked += 1
+        return priority(self, node)
 
-        def get_priority(node):  # noqa: ANN001, ANN202
-            nonlocal calls
-            calls += 1
-            return inner(node)
+    def counting_compute(self, node, t):  # noqa: ANN001, ANN202
+        nonlocal computed
+        computed += 1
+        return compute(self, node, t)
 
-        self.get_priority = get_priority
-
-    PolicyStrategy.__init__ = counting
+    PBKVPolicy.priority, PBKVPolicy._priority = counting_priority, counting_compute
     try:
         replay_policy(prepared, "pbkv", capacity)
     finally:
-        PolicyStrategy.__init__ = original
-    return calls
+        PBKVPolicy.priority, PBKVPolicy._priority = priority, compute
+    return asked, computed
+
+
+def breakdown(in_flight: int, capacity: int) -> dict[str, float]:
+    """Milliseconds per request inside each of pbkv's entry points, in one replay with a timer around each
+    (the timers add their own cost: read the shares, not the sum)."""
+    from agentcache.engine.adapter import EvictionHeap, TaggedFullComponent
+
+    points = {
+        "request bookkeeping (on_request)": (PBKVPolicy, "on_request"),
+        "  of which the forecast (on_transition)": (PBKVPolicy, "on_transition"),
+        "  of which the periodic refresh (_refresh)": (PBKVPolicy, "_refresh"),
+        "path tagging (tag_path)": (PBKVPolicy, "tag_path"),
+        "workflow ends (on_end)": (PBKVPolicy, "on_end"),
+        "eviction heap upkeep (sync)": (EvictionHeap, "sync"),
+        "eviction picks (next node)": (TaggedFullComponent, "_evict_device_next_node"),
+        "keys computed (_priority)": (PBKVPolicy, "_priority"),
+    }
+    spent = dict.fromkeys(points, 0.0)
+    originals = {label: getattr(owner, name) for label, (owner, name) in points.items()}
+
+    def timed(label: str, function):  # noqa: ANN001, ANN202
+        def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] += time.perf_counter() - started
+
+        return run
+
+    prepared = PreparedTrace(workload(in_flight))
+    inherited = {label for label, (owner, name) in points.items() if name not in vars(owner)}
+    for label, (owner, name) in points.items():
+        setattr(owner, name, timed(label, originals[label]))
+    try:
+        result = replay_policy(prepared, "pbkv", capacity)
+    finally:
+        for label, (owner, name) in points.items():
+            if label in inherited:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, originals[label])
+    return {label: seconds / result.requests * 1e3 for label, seconds in spent.items()} | {
+        "the whole replay": result.replay_wall_s / result.requests * 1e3
+    }
 
 
 def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: int) -> list[dict]:
@@ -96,7 +144,7 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                         hit[policy] = result.hit_rate
                         progress.advance(task)
                     order = order[1:] + order[:1]  # a different policy first in each repetition
-                calls = count_priority_calls(prepared, capacity)
+                asked, computed = count_keys(prepared, capacity)
                 progress.advance(task)
                 row = {
                     "in_flight": in_flight,
@@ -106,7 +154,8 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                     "ms_per_request": {p: statistics.median(v) for p, v in ms.items()},
                     "ms_spread": {p: [min(v), max(v)] for p, v in ms.items()},
                     "hit_rate": hit,
-                    "pbkv_priority_calls_per_request": calls / len(prepared.encoded),
+                    "pbkv_keys_asked_per_request": asked / len(prepared.encoded),
+                    "pbkv_keys_computed_per_request": computed / len(prepared.encoded),
                 }
                 row["pbkv_over_lfu"] = row["ms_per_request"]["pbkv"] / row["ms_per_request"]["lfu"]
                 rows.append(row)
@@ -146,11 +195,12 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay divided by its requests, which is all the",
         "cache work of a request (prefix match, insert, eviction rounds, the policy's bookkeeping); the",
         f"median of {repeat} runs per policy, the policies in rotating order, min-max in brackets.",
-        "`get_priority` calls: how many eviction keys pbkv computed or looked up per request (SGLang",
-        "rebuilds its eviction heap from every evictable leaf at each eviction round).",
+        "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
+        "the ones it had to compute (the rest were kept on the node). SGLang's own lfu asks for the key",
+        "of every evictable leaf at every eviction round instead.",
         "",
         "| in flight (measured) | capacity | requests | lru ms/request | lfu ms/request | pbkv ms/request "
-        "| pbkv / lfu | get_priority calls per request | hit rate lru / lfu / pbkv |",
+        "| pbkv / lfu | pbkv keys asked / computed per request | hit rate lru / lfu / pbkv |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
@@ -159,7 +209,8 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         lines.append(
             f"| {r['in_flight']} ({r['measured_in_flight']:.0f}) | {r['capacity']:,} | {r['requests']:,} | "
             + " | ".join(cells)
-            + f" | {r['pbkv_over_lfu']:.2f}x | {r['pbkv_priority_calls_per_request']:.0f} | "
+            + f" | {r['pbkv_over_lfu']:.2f}x | {r['pbkv_keys_asked_per_request']:.1f} / "
+            + f"{r['pbkv_keys_computed_per_request']:.1f} | "
             + " / ".join(f"{hit[p]:.3f}" for p in POLICIES)
             + " |"
         )
@@ -171,13 +222,20 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "",
         "![cache work per request](img/overhead.png)",
         "",
-        "Where pbkv's extra time goes (cProfile of the same replays): SGLang asks for the key of every",
-        "evictable leaf at every eviction round (the calls above, hundreds per request at 800,000",
-        "tokens), and a kept key still costs a Python call and a validity check per leaf, more than",
-        "lfu's two attribute reads `(hit_count, last_access_time)`; the rest is bookkeeping per request lfu does not do",
-        "(the forecast of the workflow's next agents, its timing weight, the demand for fixed prompts).",
-        "Both would shrink with an eviction heap kept across rounds, re-pushing only leaves whose key",
-        "changed; that needs SGLang's private `_evict_device_start`, which the plugin does not override yet.",
+        "How eviction stays cheap at large caches (agentcache/engine/adapter.py, `EvictionHeap`): SGLang's",
+        "FULL component rebuilds its heap from every evictable leaf at every eviction round and asks for each",
+        "leaf's key (hundreds of leaves per request at 800,000 tokens: lfu's cost grows with the cache).",
+        "The plugin overrides that walk for pbkv with a heap kept across rounds: the policy reports the",
+        "nodes whose key may have fallen, the heap re-keys those and the leaves it has no entry for, and",
+        "checks every other entry when it reaches the top (an entry whose node is no longer a leaf is",
+        "dropped; one whose key grew is pushed again). It evicts in exactly the order of SGLang's rebuild",
+        "(`tests/test_replay.py::test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would`).",
+        "",
+        "Where the rest of pbkv's time goes: `.venv/bin/python benchmarks/overhead.py --breakdown",
+        "IN_FLIGHT CAPACITY` times each of its entry points at one point. The remainder is bookkeeping per",
+        "request that lfu does not do: the forecast of the workflow's next agents, its timing weight and",
+        "part of the fixed prompts' demand, the periodic refresh of every open workflow's timing weight,",
+        "and the keys that these changes make it recompute.",
         "",
         "How pbkv keeps its keys cheap (agentcache/policy/pbkv.py): each node's eviction key is kept on the",
         "node and recomputed only when something it depends on changed (the node was used, a workflow it",
@@ -195,7 +253,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one point (100 in flight, 50k tokens); writes nothing")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--breakdown",
+        nargs=2,
+        type=int,
+        metavar=("IN_FLIGHT", "CAPACITY"),
+        help="where pbkv's time goes at one point: ms per request in each of its entry points; writes nothing",
+    )
     args = parser.parse_args()
+    if args.breakdown:
+        table = Table(title=f"pbkv, {args.breakdown[0]} in flight, capacity {args.breakdown[1]:,}")
+        table.add_column("entry point")
+        table.add_column("ms/request", justify="right")
+        for label, ms in breakdown(*args.breakdown).items():
+            table.add_row(label, f"{ms:.3f}")
+        Console().print(table)
+        return
     if args.quick:
         measure((100,), (50_000,), 1)
         return

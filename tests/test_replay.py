@@ -207,3 +207,43 @@ def test_cli_replay_json_and_errors(tmp_path, capsys, small_traces):
     plot = tmp_path / "p.png"
     assert main(["replay", str(path), "--capacity", "5000", "--policy", "lru,pbkv", "--plot", str(plot)]) == 0
     assert plot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("family", ["code-retry", "group-chat", "phased-chat", "chat"])
+def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(family, small_traces, monkeypatch):
+    """The heap kept across eviction rounds re-keys only what the policy reports changed; SGLang's own walk
+    rebuilds from every leaf each round. Same requests, same hits, same evictions, request by request."""
+    from sglang.srt.mem_cache.unified_cache.components import FullComponent
+
+    import agentcache.replay.runner as runner
+    from agentcache.policy.pbkv import PBKVPolicy
+
+    prepared = PreparedTrace(small_traces[family])
+    capacity = int(mean_prompt(prepared) * 3)
+    rebuilds = []
+    original_start = FullComponent._evict_device_start
+
+    def counted_start(self, request_cnt):
+        rebuilds.append(request_cnt)
+        return original_start(self, request_cnt)
+
+    class RecordingCache(ReplayCache):
+        def serve(self, enc, tags, now):
+            result = super().serve(enc, tags, now)
+            hits.append(result.hit_tokens)
+            return result
+
+    monkeypatch.setattr(FullComponent, "_evict_device_start", counted_start)
+    monkeypatch.setattr(runner, "ReplayCache", RecordingCache)
+    runs = {}
+    for keeps_keys in (True, False):
+        hits = []
+        rebuilds.clear()
+        monkeypatch.setattr(PBKVPolicy, "keeps_keys", keeps_keys)
+        result = replay_policy(prepared, "pbkv", capacity)
+        runs[keeps_keys] = (hits, result.evicted_tokens, len(rebuilds))
+    (heap_hits, heap_evicted, heap_rebuilds), (walk_hits, walk_evicted, walk_rebuilds) = runs[True], runs[False]
+    assert walk_rebuilds > 0 and sum(walk_evicted.values()) > 0, "the capacity must make the cache evict"
+    assert heap_rebuilds == 0, "the kept heap must replace SGLang's per-round rebuild"
+    assert heap_hits == walk_hits
+    assert heap_evicted == walk_evicted

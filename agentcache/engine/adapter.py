@@ -3,7 +3,9 @@
 - :class:`PolicyStrategy` is SGLang's eviction plug point (``EvictionStrategy``)
   answering with the policy's priority.
 - :class:`TaggedFullComponent` is SGLang's FULL KV component that also keeps a
-  node's tags whole when the tree splits it and counts evictions per node class.
+  node's tags whole when the tree splits it, counts evictions per node class,
+  and, for a policy that keeps its keys, orders eviction with an
+  :class:`EvictionHeap` kept across eviction rounds.
 - :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
   tree core; :func:`split_at` and :func:`path_nodes` are the tree walks the
   adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
@@ -12,8 +14,10 @@
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator
+from itertools import count
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -39,12 +43,80 @@ class PolicyStrategy(EvictionStrategy):
         return self.policy.priority(node)
 
 
+class EvictionHeap:
+    """The evictable leaves in the policy's order, kept across eviction rounds.
+
+    SGLang's FULL component rebuilds its heap from every evictable leaf at every eviction round, asking the
+    strategy for each leaf's key: hundreds of calls per request at the cache sizes a GPU serves. For a policy
+    that keeps its keys (``CachePolicy.keeps_keys``) this heap re-keys only the nodes the policy says changed
+    and the leaves it has no entry for; everything else is checked when it reaches the top: an entry whose
+    node is no longer an evictable leaf is dropped, and one whose key moved (a node's last_access_time, which
+    only grows, is the one part of a key that changes unannounced) is pushed again with its current key.
+    Eviction order is then the same as a rebuild's.
+    """
+
+    def __init__(self, policy: CachePolicy):
+        self.policy = policy
+        self._entries: list[tuple[tuple, int, Any]] = []  # (key, sequence number, node), the smallest key first
+        self._live: dict[Any, int] = {}  # node -> the sequence number of its current entry
+        self._sequence = count()
+        self._root: Any = None
+
+    def sync(self, tree: Any) -> None:
+        """Bring the heap up to date with `tree`'s evictable leaves before an eviction round."""
+        leaves = tree.evictable_device_leaves
+        changed = self.policy.take_changed_keys()
+        # A rebuild when every key may have moved, after a cache reset, or once dropped entries dominate.
+        if changed is None or tree.root_node is not self._root or len(self._live) > 2 * len(leaves) + 64:
+            self._root = tree.root_node
+            priority, sequence = self.policy.priority, self._sequence
+            self._entries = [(priority(node), next(sequence), node) for node in leaves]
+            self._live = {node: s for _, s, node in self._entries}
+            heapq.heapify(self._entries)
+            return
+        live = self._live
+        for t in changed:
+            try:
+                live.pop(tree.node_by_id(t.node_id), None)  # its entry is dead: re-keyed below if a leaf
+            except KeyError:  # the tree dropped the node
+                pass
+        for node in leaves.difference(live):  # C-speed: a set minus a dict's keys, no copy
+            self.push(node)
+        if len(self._entries) > 2 * len(live) + 64:
+            self._entries = [e for e in self._entries if self._live.get(e[2]) == e[1]]
+            heapq.heapify(self._entries)
+
+    def push(self, node: Any) -> None:
+        sequence = next(self._sequence)
+        self._live[node] = sequence
+        heapq.heappush(self._entries, (self.policy.priority(node), sequence, node))
+
+    def pop(self, leaves: set) -> Any:
+        """The evictable leaf with the smallest current key (removed from the heap), or None."""
+        entries, live, priority = self._entries, self._live, self.policy.priority
+        while entries:
+            key, sequence, node = heapq.heappop(entries)
+            if live.get(node) != sequence:
+                continue
+            if node not in leaves:
+                del live[node]
+                continue
+            current = priority(node)
+            if current is not key and current != key:
+                self.push(node)
+                continue
+            del live[node]
+            return node
+        return None
+
+
 class TaggedFullComponent(FullComponent):
     """FULL component that carries agentcache tags across node splits and counts evictions by class."""
 
     def __init__(self, cache: Any, params: Any):
         super().__init__(cache, params)
         self.policy: CachePolicy | None = None
+        self.eviction_heap: EvictionHeap | None = None  # set where the policy keeps its keys
         self.evicted_tokens: Counter[str] = Counter()
         self.evicted_nodes: Counter[str] = Counter()
         self.on_evict: Callable[[str, int], None] | None = None  # (node class, tokens), e.g. for metrics
@@ -57,10 +129,13 @@ class TaggedFullComponent(FullComponent):
         if tags is not None:
             copied = tags.copy()
             copied.depth = tags.depth - len(child.key)
+            copied.node_id = new_parent.id
             setattr(new_parent, TAGS_ATTR, copied)
-            tags.key_epoch = -1  # the child's key reads its size
             if self.policy is not None:
+                self.policy.forget_key(tags)  # the child's key reads its size
                 self.policy.adopt(copied)
+            else:
+                tags.key_epoch = -1
 
     def evict_component(
         self, node: Any, device_frees: Any, host_frees: Any, cache_actions: Any, target: Any = EvictLayer.DEVICE
@@ -79,6 +154,34 @@ class TaggedFullComponent(FullComponent):
             if self.on_evict is not None:
                 self.on_evict(node_class, freed)
         return freed, host_freed
+
+    def _evict_device_start(self, request_cnt: int) -> None:
+        if self.eviction_heap is None:
+            return super()._evict_device_start(request_cnt)
+        self.eviction_heap.sync(self.tree_core)
+        self._evict_device_request_cnt = request_cnt
+        self._evict_device_last_node = None
+
+    def _evict_device_next_node(self, tracker: Any, device_frees: Any, host_frees: Any, cache_actions: Any) -> Any:
+        heap = self.eviction_heap
+        if heap is None:
+            return super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
+        leaves = self.tree_core.evictable_device_leaves
+        last = self._evict_device_last_node
+        if last is not None and last.parent is not None and last.parent in leaves:
+            heap.push(last.parent)  # the evicted leaf's parent may be a leaf now, as in SGLang's walk
+        self._evict_device_last_node = None
+        if tracker[self.component_type] < self._evict_device_request_cnt:
+            node = heap.pop(leaves)
+            if node is not None:
+                self._evict_device_last_node = node
+                return node.id
+        return None
+
+    def _evict_device_end(self) -> None:
+        if self.eviction_heap is None:
+            return super()._evict_device_end()
+        self._evict_device_last_node = None
 
 
 def host_only_tokens(node: Any) -> int:
@@ -159,6 +262,9 @@ def install_policy(cache: Any, policy: CachePolicy, *, order_eviction: bool = Tr
         cache.tree_core.eviction_strategy = PolicyStrategy(policy)
         # The FULL component caches the strategy's bound get_priority on first use.
         component.session_ref_eviction_strategy = None
+        # Session radix caches rank by session references first: SGLang's own walk keeps that order.
+        if policy.keeps_keys and not cache.tree_core.enable_session_radix_cache:
+            component.eviction_heap = EvictionHeap(policy)
 
 
 def path_nodes(cache: Any, node_id: Any) -> list[Any]:

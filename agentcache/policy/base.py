@@ -34,6 +34,12 @@ TAGS_ATTR = "agentcache_tags"
 MAX_WORKFLOWS_PER_NODE = 64
 # Agents whose fixed-prompt node is remembered for prefetching; the least recently seen go first.
 MAX_TRACKED_AGENTS = 4096
+# Changed keys remembered for the engine between two eviction rounds; past this the engine re-keys every
+# leaf instead (bounded memory when nothing evicts for a long while).
+MAX_CHANGED_KEYS = 65_536
+# NodeTags.key_epoch of a key forgotten since it was last computed (-1: never computed), reported to the
+# engine (FORGOTTEN) or, where it can only have grown, not (RISEN).
+FORGOTTEN, RISEN = -2, -3
 
 
 @dataclass(slots=True, eq=False)
@@ -52,6 +58,7 @@ class NodeTags:
     # The policy's eviction key for c, kept until something it depends on changes (see PBKVPolicy.priority).
     key: tuple | None = None
     key_epoch: int = -1
+    node_id: Any = None  # the engine node's id: what the engine's eviction heap re-keys when the key changes
 
     def copy(self) -> NodeTags:
         return NodeTags(
@@ -106,7 +113,7 @@ def tags_of(node: Any) -> NodeTags | None:
 def ensure_tags(node: Any, now: float = 0.0) -> NodeTags:
     tags = getattr(node, TAGS_ATTR, None)
     if tags is None:
-        tags = NodeTags(created=now)
+        tags = NodeTags(created=now, node_id=getattr(node, "id", None))
         setattr(node, TAGS_ATTR, tags)
     return tags
 
@@ -130,6 +137,10 @@ class CachePolicy(ABC):
     """Base class: keeps the workflow registry and node tags current; subclasses rank nodes."""
 
     name: ClassVar[str]
+    # Whether priority() keeps each node's key until forget_key() or forget_all_keys() says it changed (the
+    # node's own last_access_time aside, which only grows): the engine then keeps its eviction heap across
+    # eviction rounds and re-keys only those nodes (agentcache.engine.adapter.EvictionHeap).
+    keeps_keys: ClassVar[bool] = False
 
     def __init__(self, registry: WorkflowRegistry | None = None):
         self.registry = registry if registry is not None else WorkflowRegistry()
@@ -140,6 +151,8 @@ class CachePolicy(ABC):
         self.latest: dict[WorkflowKey, dict[str, Latest]] = {}
         self.fixed_leaf: dict[str, Any] = {}  # agent -> deepest node of its fixed prompt
         self._requests_tagged = 0
+        self._changed_keys: list[NodeTags] = []
+        self._all_keys_changed = True
 
     # -- events from the adapter
 
@@ -247,6 +260,34 @@ class CachePolicy(ABC):
         return {c.forecaster: c.to_json() for c in self.coverages()}
 
     # -- ranking
+
+    def forget_key(self, t: NodeTags, rising: bool = False) -> None:
+        """What the key of `t`'s node depends on changed: recompute it at its next use. A key that can only
+        have grown (`rising`) is not reported: the engine's heap finds out when the node reaches its top."""
+        if t.key_epoch == FORGOTTEN:  # already reported since its key was last computed
+            return
+        if rising:
+            t.key_epoch = RISEN
+            return
+        t.key_epoch = FORGOTTEN
+        if self.keeps_keys and not self._all_keys_changed:
+            self._changed_keys.append(t)
+            if len(self._changed_keys) > MAX_CHANGED_KEYS:
+                self.forget_all_keys()
+
+    def forget_all_keys(self) -> None:
+        self._all_keys_changed = True
+        self._changed_keys = []
+
+    def take_changed_keys(self) -> list[NodeTags] | None:
+        """The nodes whose key may have changed since the last call (repeats possible); None when any may
+        have (the engine then re-keys every leaf)."""
+        if not self.keeps_keys or self._all_keys_changed:
+            self._all_keys_changed = False
+            self._changed_keys = []
+            return None
+        changed, self._changed_keys = self._changed_keys, []
+        return changed
 
     @abstractmethod
     def priority(self, node: CacheNode) -> tuple:

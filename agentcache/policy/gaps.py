@@ -21,6 +21,7 @@ class GapModel:
         self._recent: deque[float] = deque()
         self._sorted: list[float] = []
         self._suffix: list[float] | None = None  # suffix sums of _sorted, rebuilt lazily
+        self._mean: float | None = None  # kept until the next gap: the policy reads it for every key it computes
 
     def add(self, gap: float) -> None:
         if gap < 0:
@@ -30,7 +31,7 @@ class GapModel:
         if len(self._recent) > self.window:
             old = self._recent.popleft()
             del self._sorted[bisect_right(self._sorted, old) - 1]
-        self._suffix = None
+        self._suffix = self._mean = None
 
     @property
     def count(self) -> int:
@@ -38,7 +39,9 @@ class GapModel:
 
     @property
     def mean(self) -> float:
-        return sum(self._sorted) / len(self._sorted) if self._sorted else 0.0
+        if self._mean is None:
+            self._mean = sum(self._sorted) / len(self._sorted) if self._sorted else 0.0
+        return self._mean
 
     def residual(self, idle: float) -> float:
         """E[G - idle | G > idle]; `idle` itself when no recorded gap was ever that long."""

@@ -128,6 +128,7 @@ PAPER = Ingredients(
 
 class PBKVPolicy(CachePolicy):
     name = "pbkv"
+    keeps_keys = True
 
     def __init__(
         self,
@@ -238,7 +239,7 @@ class PBKVPolicy(CachePolicy):
             t = tags_of(node)
             if t is None:
                 continue
-            t.key_epoch = -1
+            self.forget_key(t)
             if mine is not None:
                 mine[id(t)] = t
             if agent in t.fixed_agents:
@@ -366,12 +367,13 @@ class PBKVPolicy(CachePolicy):
             self._parts[workflow] = part
         keyed = self._keyed_demand
         for agent in changed:
-            now = demand.get(agent, 0.0)
-            if _moved(keyed.get(agent, 0.0), now):
+            now, then = demand.get(agent, 0.0), keyed.get(agent, 0.0)
+            if _moved(then, now):
                 keyed[agent] = now
-                self._invalidate(self._fixed_nodes.get(agent))
+                self._invalidate(self._fixed_nodes.get(agent), rising=now > then)
 
-    def _invalidate(self, nodes: dict[int, NodeTags] | None) -> None:
+    def _invalidate(self, nodes: dict[int, NodeTags] | None, rising: bool = False) -> None:
+        """The keys of `nodes` changed (`rising`: none of them fell); forget the evicted ones."""
         if not nodes:
             return
         gone = []
@@ -379,7 +381,7 @@ class PBKVPolicy(CachePolicy):
             if t.evicted:
                 gone.append(key)
             else:
-                t.key_epoch = -1
+                self.forget_key(t, rising)
         for key in gone:
             del nodes[key]
 
@@ -391,6 +393,7 @@ class PBKVPolicy(CachePolicy):
         self._refreshes += 1
         if self._refreshes % EPOCH_REFRESHES == 0:
             self._epoch += 1
+            self.forget_all_keys()
         ingredients = self.ingredients
         weights: dict[WorkflowKey, float] = {}
         parts: dict[WorkflowKey, tuple[float, dict[str, float], str | None]] = {}
@@ -400,8 +403,9 @@ class PBKVPolicy(CachePolicy):
         # hostile or forgetful clients leave open (the older ones are the least likely to call soon).
         for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
             weight = weights[state.id] = self.timing_weight(state)
-            if _moved(self._weights.get(state.id), weight):
-                self._invalidate(self._nodes_of.get(state.id))
+            previous = self._weights.get(state.id)
+            if _moved(previous, weight):
+                self._invalidate(self._nodes_of.get(state.id), rising=previous is not None and weight > previous)
             values = self._values.get(state.id, {})
             waiting = self._pending.get(state.id)
             parts[state.id] = (weight, values, waiting)
@@ -414,7 +418,7 @@ class PBKVPolicy(CachePolicy):
         for agent in demand.keys() | self._keyed_demand.keys():
             now, then = demand.get(agent, 0.0), self._keyed_demand.get(agent, 0.0)
             if _moved(then, now):
-                self._invalidate(self._fixed_nodes.get(agent))
+                self._invalidate(self._fixed_nodes.get(agent), rising=now > then)
                 then = now
             if agent in demand:
                 keyed[agent] = then
