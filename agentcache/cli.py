@@ -337,7 +337,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--predictor", help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default markov-n:3)")
     p.add_argument("--api-key", help="API key the server requires (also on the agentcache routes)")
     p.add_argument(
-        "--workers", type=int, default=1, help="N workers behind sglang-router on --port, each workflow on one"
+        "--workers",
+        type=int,
+        default=1,
+        help="N workers behind sglang-router on --port (manual policy, one routing slot per worker); agentcache_sdk "
+        "routes each request workflow-aware by default (AGENTCACHE_ROUTING=workflow-affinity: each workflow on one)",
     )
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then extra SGLang flags")
     p.set_defaults(run=_run_serve)

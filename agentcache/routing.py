@@ -5,9 +5,11 @@ prefix is cached. A client that tags its requests knows more: which workflow
 and agent a request belongs to, how long its prompt and its agent's fixed
 prompt are, and where it sent that workflow's earlier requests. It can then
 route each request itself, through the real router's ``manual`` policy: the
-SDK sends ``x-smg-routing-key: agentcache-worker-<slot>``, and with
-``--assignment-mode min_group`` the router places N fresh keys on N different
-workers, so a slot is a worker. No proxy of our own sits in the path.
+SDK (agentcache_sdk._routing) sends ``x-smg-routing-key: agentcache-worker-<slot>``,
+and ``agentcache serve --workers N`` has placed those N keys on N different
+workers (server_ext/cluster.py: ``min_group`` alone does not, since it counts
+only keys with a request in flight), so a slot is a worker. No proxy of our
+own sits in the path.
 
 :class:`WorkflowAwareRouting` keeps each agent on few slots, as many as its
 share of the traffic needs: an agent whose recent prompts are a share `p` of

@@ -9,13 +9,17 @@
 
 Importing the package installs the request hooks (openai SDK and httpx) and
 carries the workflow into thread pools; both only act inside a workflow, and
-the hooks only touch requests to the configured server.
+the hooks only touch requests to the configured server. Behind `agentcache
+serve --workers N` each request goes to the worker the workflow-aware routing
+chooses (``configure(routing="workflow-affinity")`` keeps whole workflows on
+one worker instead); `routing_stats()` says what it did.
 """
 
 from agentcache_sdk._config import Settings, configure, settings
 from agentcache_sdk._hooks import install as _install
 from agentcache_sdk._hooks import usage
 from agentcache_sdk._record import Recorder, record
+from agentcache_sdk._routing import routing_stats
 from agentcache_sdk._workflow import (
     WorkflowContext,
     add_agent_name_provider,
@@ -46,6 +50,7 @@ __all__ = [
     "end_workflow",
     "flush",
     "record",
+    "routing_stats",
     "settings",
     "stats",
     "usage",

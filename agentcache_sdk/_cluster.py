@@ -1,12 +1,15 @@
-"""Where an end event must go when the configured server is sglang-router rather than one SGLang server.
+"""Whether the configured server is sglang-router in front of agentcache workers, and which workers it has.
 
-The router pins a workflow to one worker (by the ``x-smg-routing-key`` the SDK
-sends) but answers 404 on ``/agentcache/...``, so an end event sent to it is
-lost. The router does list its workers on ``GET /workers``; an end event goes
-to each healthy one (a worker that never saw the workflow answers
-``ended: false`` and changes nothing). A plain SGLang server answers 404 (or
-anything but the router's shape) there, and is its own target. The answer is
-cached per base URL for a short time, so a burst of ends costs one lookup.
+The router answers 404 on ``/agentcache/...``, so an end event sent to it is
+lost; it does list its workers on ``GET /workers``, and an end event goes to
+each healthy one (a worker that never saw the workflow answers ``ended:
+false`` and changes nothing). The same listing tells the request hooks that
+the server is a cluster of N workers, so that they can choose a routing slot
+per request (agentcache_sdk._routing). A plain SGLang server answers 404 (or
+anything but the router's shape) there: it is its own end target, and no
+cluster. The answer is cached per base URL for a short time, so a burst of
+ends costs one lookup; the request hooks look up synchronously only the first
+time, and refresh a stale answer in the background.
 """
 
 from __future__ import annotations
@@ -21,46 +24,91 @@ TARGETS_TTL_S = 30.0
 LOOKUP_TIMEOUT = httpx.Timeout(5.0, connect=1.0)  # a server that does not accept at once is unreachable
 
 _DP_RANK = re.compile(r"@\d+$")  # the router's --dp-aware mode lists a worker once per rank as `url@rank`
-_cache: dict[str, tuple[float, list[str]]] = {}
+# base URL -> (looked up at, end targets, workers behind it: None for a plain server)
+_cache: dict[str, tuple[float, list[str], int | None]] = {}
+_refreshing: set[str] = set()
 _lock = threading.Lock()
 
 
-def router_workers(payload: object) -> list[str] | None:
-    """Healthy worker base URLs from a `GET /workers` answer of sglang-router (0.3.x), or None for another shape.
+def router_listing(payload: object) -> tuple[list[str], int] | None:
+    """(healthy worker base URLs, workers listed) from a `GET /workers` answer of sglang-router (0.3.x), or None
+    for another shape.
 
     The router answers ``{"workers": [{"url": ..., "is_healthy": ..., ...}], "total": n, "stats": {...}}``.
     """
     if not isinstance(payload, dict) or not isinstance(payload.get("workers"), list):
         return None
-    urls: list[str] = []
+    healthy: list[str] = []
+    listed: list[str] = []
     for worker in payload["workers"]:
         if not isinstance(worker, dict) or not isinstance(worker.get("url"), str):
             return None
+        url = _DP_RANK.sub("", worker["url"]).rstrip("/")
+        listed.append(url)
         if worker.get("is_healthy", True):
-            urls.append(_DP_RANK.sub("", worker["url"]).rstrip("/"))
-    return list(dict.fromkeys(urls))
+            healthy.append(url)
+    return list(dict.fromkeys(healthy)), len(dict.fromkeys(listed))
+
+
+def router_workers(payload: object) -> list[str] | None:
+    """Healthy worker base URLs from a `GET /workers` answer of sglang-router, or None for another shape."""
+    listing = router_listing(payload)
+    return None if listing is None else listing[0]
+
+
+def _lookup(client: httpx.Client, base_url: str, headers: dict[str, str]) -> tuple[list[str], int | None] | None:
+    """(end targets, workers or None) for `base_url`, cached; None when it cannot be told now (not cached)."""
+    try:
+        r = client.get(f"{base_url}/workers", headers=headers, timeout=LOOKUP_TIMEOUT)
+    except httpx.HTTPError:
+        return None  # unreachable: the end event's own retries and warning deal with it; ask again next time
+    listing = None
+    if r.status_code == 200:
+        try:
+            listing = router_listing(r.json())
+        except ValueError:
+            listing = None
+    if (listing is not None and not listing[0]) or r.status_code >= 500:
+        return None  # a router with no healthy worker, or a server in trouble: ask again next time
+    answer = (listing[0], listing[1]) if listing is not None else ([base_url], None)
+    with _lock:
+        _cache[base_url] = (time.monotonic(), *answer)
+    return answer
 
 
 def end_targets(client: httpx.Client, base_url: str, headers: dict[str, str]) -> list[str]:
     """The base URLs to send an end event to: the router's healthy workers, else `base_url` itself."""
-    now = time.monotonic()
     with _lock:
         cached = _cache.get(base_url)
-    if cached is not None and now - cached[0] < TARGETS_TTL_S:
+    if cached is not None and time.monotonic() - cached[0] < TARGETS_TTL_S:
         return cached[1]
-    try:
-        r = client.get(f"{base_url}/workers", headers=headers, timeout=LOOKUP_TIMEOUT)
-    except httpx.HTTPError:
-        return [base_url]  # unreachable: the end event's own retries and warning deal with it; ask again next time
-    workers = None
-    if r.status_code == 200:
-        try:
-            workers = router_workers(r.json())
-        except ValueError:
-            workers = None
-    if workers == [] or r.status_code >= 500:
-        return [base_url]  # a router with no healthy worker, or a server in trouble: ask again next time
-    targets = workers if workers is not None else [base_url]
+    answer = _lookup(client, base_url, headers)
+    return answer[0] if answer is not None else [base_url]
+
+
+def cluster_size(base_url: str, headers: dict[str, str]) -> int | None:
+    """How many workers sglang-router at `base_url` lists (healthy or not); None for a plain server, or when
+    it cannot be told. Looks up synchronously only when nothing is cached; a stale answer is refreshed in
+    the background while it keeps being used."""
     with _lock:
-        _cache[base_url] = (now, targets)
-    return targets
+        cached = _cache.get(base_url)
+        stale = cached is not None and time.monotonic() - cached[0] >= TARGETS_TTL_S
+        refresh = stale and base_url not in _refreshing
+        if refresh:
+            _refreshing.add(base_url)
+    if cached is None:
+        with httpx.Client() as client:
+            answer = _lookup(client, base_url, headers)
+        return answer[1] if answer is not None else None
+    if refresh:
+        threading.Thread(target=_refresh, args=(base_url, dict(headers)), daemon=True).start()
+    return cached[2]
+
+
+def _refresh(base_url: str, headers: dict[str, str]) -> None:
+    try:
+        with httpx.Client() as client:
+            _lookup(client, base_url, headers)
+    finally:
+        with _lock:
+            _refreshing.discard(base_url)

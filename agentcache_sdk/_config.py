@@ -8,6 +8,17 @@ from urllib.parse import urlsplit
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 DEFAULT_EXIT_TIMEOUT_S = 2.0
+# The routing key the SDK sends behind an agentcache cluster (sglang-router, manual policy): per request, the
+# slot agentcache.routing.WorkflowAwareRouting chose (workflow-aware), or the workflow id (workflow-affinity).
+# A plain SGLang server gets the workflow id either way.
+ROUTINGS = ("workflow-aware", "workflow-affinity")
+DEFAULT_ROUTING = "workflow-aware"
+
+
+def check_routing(routing: str, source: str = "routing") -> str:
+    if routing not in ROUTINGS:
+        raise ValueError(f"{source}: unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
+    return routing
 
 
 @dataclass
@@ -16,6 +27,7 @@ class Settings:
     api_key: str | None = None  # the server's --api-key, for the control routes
     end_timeout_s: float = 10.0  # per attempt; end events are sent in the background
     exit_timeout_s: float = DEFAULT_EXIT_TIMEOUT_S  # the longest the app's exit waits for pending end events
+    routing: str = DEFAULT_ROUTING  # one of ROUTINGS: the routing key behind an agentcache cluster
 
     def origin(self) -> tuple[str, str, int]:
         parts = urlsplit(self.base_url)
@@ -37,6 +49,7 @@ def _from_env() -> Settings:
         base_url=base,
         api_key=os.environ.get("AGENTCACHE_API_KEY"),
         exit_timeout_s=float(os.environ.get("AGENTCACHE_EXIT_TIMEOUT_S", DEFAULT_EXIT_TIMEOUT_S)),
+        routing=check_routing(os.environ.get("AGENTCACHE_ROUTING") or DEFAULT_ROUTING, "AGENTCACHE_ROUTING"),
     )
 
 
@@ -48,8 +61,16 @@ def configure(
     api_key: str | None = None,
     end_timeout_s: float | None = None,
     exit_timeout_s: float | None = None,
+    routing: str | None = None,
 ) -> Settings:
-    """Point the SDK at the agentcache server. `base_url` may include the OpenAI `/v1` suffix."""
+    """Point the SDK at the agentcache server. `base_url` may include the OpenAI `/v1` suffix.
+
+    `routing` (also ``AGENTCACHE_ROUTING``): behind `agentcache serve --workers N`, ``workflow-aware`` (the
+    default) sends each request to the worker agentcache.routing.WorkflowAwareRouting chooses for it;
+    ``workflow-affinity`` keeps each workflow on one worker. A single server sees no difference.
+    """
+    if routing is not None:
+        settings.routing = check_routing(routing)
     if base_url is not None:
         base = base_url.rstrip("/")
         settings.base_url = base[: -len("/v1")] if base.endswith("/v1") else base

@@ -7,6 +7,12 @@ supported openai range is pinned in pyproject.toml and tested. Clients that
 do not use the openai SDK are tagged one level lower, when httpx sends the
 request. Only requests to the configured agentcache server are touched: no
 other endpoint ever sees the extra fields.
+
+The routing key (``x-smg-routing-key``, read by sglang-router's manual
+policy) is the workflow id, unless the server is an agentcache cluster and
+the routing is ``workflow-aware`` (the default): then httpx's send, which
+every request goes through (the openai SDK's too), replaces it with the slot
+agentcache_sdk._routing chooses, and hands the answer back to it.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from typing import Any
 import httpx
 
 from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, agent_of, find, parse
+from agentcache_sdk import _routing
 from agentcache_sdk._config import settings
-from agentcache_sdk._workflow import current_agent_name, current_workflow
+from agentcache_sdk._routing import Ticket
+from agentcache_sdk._workflow import current_agent_name, current_workflow, end_observers
 
-ROUTING_HEADER = "x-smg-routing-key"  # sglang-router pins a workflow's requests to one worker with it
+ROUTING_HEADER = "x-smg-routing-key"  # sglang-router (manual policy) pins each key to one worker
 _TAGGED_PATHS = ("/chat/completions", "/generate")
 _installed = False
 usage_totals: dict[str, int] = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0}
@@ -121,60 +129,94 @@ def _install_openai() -> None:
 # ---------------------------------------------------------------- httpx (any other client) and observers
 
 
-def _retag(request: httpx.Request) -> tuple[httpx.Request, dict[str, Any] | None, Tags | None]:
-    """(request to send, its JSON body, its tags) for a request to the agentcache server."""
+Retagged = tuple[httpx.Request, "dict[str, Any] | None", "Tags | None", "Ticket | None"]
+
+
+def _retag(request: httpx.Request) -> Retagged:
+    """(request to send, its JSON body, its tags, its routing ticket) for a request to the agentcache server.
+
+    The ticket, when the request was routed workflow-aware, must be handed back (`Ticket.done`) once the
+    answer is in or the request failed.
+    """
     if (
         request.method != "POST"
         or not settings.targets(str(request.url))
         or not request.url.path.endswith(_TAGGED_PATHS)
     ):
-        return request, None, None
+        return request, None, None, None
     try:
         body = json.loads(request.content or b"null")
     except (ValueError, httpx.RequestNotRead):
-        return request, None, None
+        return request, None, None, None
     if not isinstance(body, dict):
-        return request, None, None
+        return request, None, None, None
     ctx = current_workflow()
-    if ctx is not None and request.headers.get("authorization"):
-        ctx.authorization = request.headers["authorization"]
+    authorization = request.headers.get("authorization")
+    if ctx is not None and authorization:
+        ctx.authorization = authorization
     carried = _tags_in(body)
     if carried is not None:  # tagged by the openai hook (or by the app itself): read back with the one parser
         try:
-            return request, body, parse(carried)
+            tags = parse(carried)
         except TagError:
-            return request, body, None
+            return request, body, None, None
+        ticket = None
+        # Route the SDK's own workflows (the openai hook set the workflow id as the key); an app's own tags
+        # and routing keys are left as they are.
+        if (
+            ctx is not None
+            and ctx.id == tags.workflow
+            and request.headers.get(ROUTING_HEADER, tags.workflow) == tags.workflow
+        ):
+            ticket = _routing.route(request.url.path, body, tags, authorization)
+            if ticket is not None:
+                request.headers[ROUTING_HEADER] = ticket.key
+        return request, body, tags, ticket
     tags = tags_for(request.url.path, body)
     if tags is None:
-        return request, body, None
+        return request, body, None, None
     body = _with_tags(request.url.path, body, tags)
     headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
     headers.update(_routing_headers(tags))
+    ticket = _routing.route(request.url.path, body, tags, authorization)
+    if ticket is not None:
+        headers[ROUTING_HEADER] = ticket.key
     tagged = httpx.Request(
         request.method, request.url, headers=headers, content=json.dumps(body).encode(), extensions=request.extensions
     )
-    return tagged, body, tags
+    return tagged, body, tags, ticket
 
 
 def _observe(
-    sent_at: float, body: dict[str, Any] | None, tags: Tags | None, response: httpx.Response, payload: bytes
+    sent_at: float,
+    body: dict[str, Any] | None,
+    tags: Tags | None,
+    ticket: Ticket | None,
+    response: httpx.Response,
+    payload: bytes,
 ) -> None:
-    """Count the server's usage figures, and hand tagged exchanges to the observers (the recorder)."""
-    if body is None or body.get("stream") or response.status_code != 200:
-        return
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        return
+    """Count the server's usage figures, hand tagged exchanges to the observers (the recorder), and the
+    answer to the routing that placed the request."""
+    data = None
+    if body is not None and not body.get("stream") and response.status_code == 200:
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            data = None
     if not isinstance(data, dict):
+        if ticket is not None:
+            ticket.done()
         return
-    _count_usage(data)
+    prompt, cached = _count_usage(data)
+    if ticket is not None:
+        ticket.done(prompt, cached)
     if tags is not None:
         for observer in list(observers):
             observer(sent_at, body, data, tags)
 
 
-def _count_usage(data: dict[str, Any]) -> None:
+def _usage_of(data: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(prompt tokens, cached prompt tokens) an answer reports, None where it does not."""
     usage = data.get("usage")
     if isinstance(usage, dict):  # OpenAI routes
         details = usage.get("prompt_tokens_details") or {}
@@ -182,10 +224,16 @@ def _count_usage(data: dict[str, Any]) -> None:
     else:  # /generate
         meta = data.get("meta_info") or {}
         prompt, cached = meta.get("prompt_tokens"), meta.get("cached_tokens")
+    return (prompt if isinstance(prompt, int) else None), (cached if isinstance(cached, int) else None)
+
+
+def _count_usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
+    prompt, cached = _usage_of(data)
     with _usage_lock:
         usage_totals["requests"] += 1
         usage_totals["prompt_tokens"] += prompt if isinstance(prompt, int) else 0
         usage_totals["cached_tokens"] += cached if isinstance(cached, int) else 0
+    return prompt, cached
 
 
 def usage() -> dict[str, int]:
@@ -195,14 +243,16 @@ def usage() -> dict[str, int]:
 
 
 class _TeeStream(httpx.SyncByteStream):
-    """A response body read lazily by the client (the openai SDK reads its JSON that way): observed once read."""
+    """A response body read lazily by the client (the openai SDK reads its JSON that way): observed once read
+    (or closed). `keep=False` (a streamed answer) keeps none of it: `done` then gets no bytes."""
 
-    def __init__(self, inner: Any, done: Any):
-        self._inner, self._done, self._buffer = inner, done, bytearray()
+    def __init__(self, inner: Any, done: Any, keep: bool = True):
+        self._inner, self._done, self._buffer, self._keep = inner, done, bytearray(), keep
 
     def __iter__(self) -> Any:
         for chunk in self._inner:
-            self._buffer += chunk
+            if self._keep:
+                self._buffer += chunk
             yield chunk
 
     def close(self) -> None:
@@ -213,12 +263,13 @@ class _TeeStream(httpx.SyncByteStream):
 
 
 class _AsyncTeeStream(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, done: Any):
-        self._inner, self._done, self._buffer = inner, done, bytearray()
+    def __init__(self, inner: Any, done: Any, keep: bool = True):
+        self._inner, self._done, self._buffer, self._keep = inner, done, bytearray(), keep
 
     async def __aiter__(self) -> Any:
         async for chunk in self._inner:
-            self._buffer += chunk
+            if self._keep:
+                self._buffer += chunk
             yield chunk
 
     async def aclose(self) -> None:
@@ -232,30 +283,47 @@ def _install_httpx() -> None:
     sync_send = httpx.Client.send
     async_send = httpx.AsyncClient.send
 
+    # A routed request's ticket is handed back exactly once: when its answer was read, or its stream closed
+    # (streamed answers: the openai SDK closes them once read), or when sending or reading it failed.
+
     def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        request, body, tags = _retag(request)
+        request, body, tags, ticket = _retag(request)
         sent_at = time.monotonic()
-        response = sync_send(self, request, **kwargs)
-        if body is not None and not body.get("stream"):
-            if kwargs.get("stream"):
-                response.stream = _TeeStream(
-                    response.stream, lambda data: _observe(sent_at, body, tags, response, data)
-                )
-            else:
-                _observe(sent_at, body, tags, response, response.read())
+        try:
+            response = sync_send(self, request, **kwargs)
+            if body is not None and (ticket is not None or not body.get("stream")):
+                if kwargs.get("stream"):
+                    response.stream = _TeeStream(
+                        response.stream,
+                        lambda data: _observe(sent_at, body, tags, ticket, response, data),
+                        keep=not body.get("stream"),
+                    )
+                else:
+                    _observe(sent_at, body, tags, ticket, response, response.read())
+        except BaseException:
+            if ticket is not None:
+                ticket.done()
+            raise
         return response
 
     async def send_async(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        request, body, tags = _retag(request)
+        request, body, tags, ticket = _retag(request)
         sent_at = time.monotonic()
-        response = await async_send(self, request, **kwargs)
-        if body is not None and not body.get("stream"):
-            if kwargs.get("stream"):
-                response.stream = _AsyncTeeStream(
-                    response.stream, lambda data: _observe(sent_at, body, tags, response, data)
-                )
-            else:
-                _observe(sent_at, body, tags, response, await response.aread())
+        try:
+            response = await async_send(self, request, **kwargs)
+            if body is not None and (ticket is not None or not body.get("stream")):
+                if kwargs.get("stream"):
+                    response.stream = _AsyncTeeStream(
+                        response.stream,
+                        lambda data: _observe(sent_at, body, tags, ticket, response, data),
+                        keep=not body.get("stream"),
+                    )
+                else:
+                    _observe(sent_at, body, tags, ticket, response, await response.aread())
+        except BaseException:
+            if ticket is not None:
+                ticket.done()
+            raise
         return response
 
     httpx.Client.send = send
@@ -270,3 +338,5 @@ def install() -> None:
     _installed = True
     _install_openai()
     _install_httpx()
+    if _routing.forget not in end_observers:
+        end_observers.append(_routing.forget)

@@ -1,11 +1,24 @@
-"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router, each workflow on one worker.
+"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router.
 
-The router runs ``--policy manual``: it pins each ``x-smg-routing-key`` (the
-SDK sends the workflow id there) to one worker, so a workflow's history is
-cached, and evicted by the plugin, in one place. The router drops body fields,
-so tags reach the workers through the ``x-request-id-agentcache`` header it
-forwards; it 404s ``/agentcache/...``, so clients send end events to every
-worker it lists on ``GET /workers`` (agentcache_sdk does).
+The router runs ``--policy manual``: it pins each ``x-smg-routing-key`` to one
+worker. The SDK chooses that key per request (``workflow-aware``, the default:
+``agentcache-worker-<slot>``, the slot :class:`agentcache.routing.WorkflowAwareRouting`
+chose; or ``workflow-affinity``: the workflow id). The router drops body
+fields, so tags reach the workers through the ``x-request-id-agentcache``
+header it forwards; it 404s ``/agentcache/...``, so clients send end events to
+every worker it lists on ``GET /workers`` (agentcache_sdk does).
+
+A slot is a worker only if the router placed the N slot keys on N different
+workers. ``--assignment-mode min_group`` places a new key on the worker with
+the fewest routing keys *in flight* (sglang-router 0.3.2,
+``WorkerRoutingKeyLoad``: a key counts while a request with it is unanswered;
+ties are broken at random), so N keys that arrive one after another may share
+a worker. :meth:`Cluster.start` therefore places them itself before anyone
+else can: it holds a streamed request open on each slot key in turn, reads
+from the router's ``smg_worker_routing_keys_active`` gauge which worker took
+it, and fails unless each worker took one. The router forgets a key idle for
+``--max-idle-secs`` (4 h), so a keep-alive request touches every slot key each
+``SLOT_KEEPALIVE_S``.
 
 The router is started through :func:`run_router` (``python -m
 agentcache.server_ext.cluster``): sglang-router's own launcher imports SGLang
@@ -16,8 +29,10 @@ alone starts in 0.2 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -32,9 +47,16 @@ from typing import Any
 
 import httpx
 
+from agentcache.routing import slot_key
 from agentcache.server_ext.launcher import ServeOptions, Server, ServerError, ensure_model, run_until_signal
 
 ASSIGNMENT_MODES = ("random", "min_load", "min_group")  # how the manual policy places a new routing key
+ROUTING_HEADER = "x-smg-routing-key"
+KEYS_ACTIVE = re.compile(r'^smg_worker_routing_keys_active\{[^}]*worker="([^"]+)"[^}]*\}\s+(\S+)', re.MULTILINE)
+PIN_MAX_NEW_TOKENS = 8192  # a held request must outlast the placing of the other slot keys (SGLang clips it
+PIN_FALLBACK_TOKENS = 1024  # to the KV pool; the model's context length is asked first)
+PIN_WAIT_S = 30.0  # for the router to count one slot key in flight
+SLOT_KEEPALIVE_S = 1800.0  # well inside the router's --max-idle-secs (4 h)
 
 
 class ClusterError(RuntimeError):
@@ -68,6 +90,11 @@ def _log_beside(log_path: str | None, role: str) -> str | None:
         return None
     path = Path(log_path)
     return str(path.with_name(f"{path.stem}.{role}{path.suffix or '.log'}"))
+
+
+def routing_keys_active(metrics: str) -> dict[str, float]:
+    """Per worker URL, the routing keys with a request in flight, from the router's Prometheus text."""
+    return {url: float(value) for url, value in KEYS_ACTIVE.findall(metrics)}
 
 
 def router_command(
@@ -144,8 +171,13 @@ class Cluster:
             for i, port in enumerate(ports)
         ]
         self.router: subprocess.Popen | None = None
+        self.metrics_port: int | None = None
+        # worker URL of each routing slot (slot_key(i) goes to slot_workers[i]); set by start() under min_group
+        self.slot_workers: list[str] | None = None
         self._router_log: Any = None
         self._previous_sigterm: Any = None
+        self._stopping = threading.Event()
+        self._keepalive: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -175,12 +207,20 @@ class Cluster:
         for w in self.workers:
             w.opts = replace(w.opts, model_path=model)
         deadline = time.monotonic() + timeout_s
+        self._stopping.clear()
         try:
             with ThreadPoolExecutor(len(self.workers)) as pool:
                 for future in [pool.submit(w.start, timeout_s) for w in self.workers]:
                     future.result()
             # Picked only now: a worker's SGLang takes extra ports of its own while it starts.
-            self._start_router(self.router_metrics_port or free_port(host), deadline)
+            self.metrics_port = self.router_metrics_port or free_port(host)
+            self._start_router(self.metrics_port, deadline)
+            if self.assignment_mode == "min_group":
+                self.slot_workers = self._place_slots(deadline)
+                self._keepalive = threading.Thread(
+                    target=self._keep_slots, name="agentcache-slot-keepalive", daemon=True
+                )
+                self._keepalive.start()
         except BaseException:
             self.stop()
             raise
@@ -226,10 +266,90 @@ class Cluster:
         except (httpx.HTTPError, ValueError):
             return []
 
+    def _place_slots(self, deadline: float) -> list[str]:
+        """Put routing slot i on a worker of its own, for every i; the worker URL of each slot.
+
+        Under min_group a new key goes to a worker with the fewest keys in flight, so each slot key is
+        placed while the earlier ones are held in flight (a streamed request left open), and the router's
+        gauge tells where it went. The held requests are dropped at the end (SGLang aborts them).
+        """
+        body = {
+            "text": "agentcache: placing the routing slots",
+            "sampling_params": {"max_new_tokens": self._hold_tokens(), "ignore_eos": True, "temperature": 0.0},
+            "stream": True,
+        }
+        placed: list[str] = []
+        with httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0)) as client, contextlib.ExitStack() as held:
+            for slot in range(len(self.workers)):
+                headers = {**self._headers(), ROUTING_HEADER: slot_key(slot)}
+                response = held.enter_context(
+                    client.stream("POST", f"{self.base_url}/generate", json=body, headers=headers)
+                )
+                if response.status_code != 200:
+                    raise ClusterError(
+                        f"placing routing slot {slot}: sglang-router answered {response.status_code}: "
+                        f"{response.read()[:300]!r}"
+                    )
+                placed.append(self._slot_worker(slot, placed, deadline))
+        return placed
+
+    def _hold_tokens(self) -> int:
+        """New tokens for a held request: as many as the model's context allows, up to PIN_MAX_NEW_TOKENS."""
+        try:
+            r = httpx.get(f"{self.worker_urls[0]}/v1/models", headers=self._headers(), timeout=10.0)
+            context = int(r.json()["data"][0]["max_model_len"])
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return PIN_FALLBACK_TOKENS
+        return max(16, min(PIN_MAX_NEW_TOKENS, context - 64))
+
+    def _slot_worker(self, slot: int, placed: list[str], deadline: float) -> str:
+        """The worker the router counts slot key `slot` in flight on, the `placed` ones still held there."""
+        until = min(deadline, time.monotonic() + PIN_WAIT_S)
+        active: dict[str, float] = {}
+        while time.monotonic() < until:
+            active = self._keys_active()
+            counts = {url: active.get(url, 0.0) for url in self.worker_urls}
+            if sum(counts.values()) > len(placed):
+                new = [url for url, n in counts.items() if n and url not in placed]
+                if sum(counts.values()) == len(placed) + 1 and len(new) == 1 and all(counts[u] == 1 for u in placed):
+                    return new[0]
+                raise ClusterError(
+                    f"sglang-router did not put routing slot {slot} on a worker of its own (routing keys in flight "
+                    f"per worker: {counts}; slots so far: {placed}): was another client sending already?"
+                )
+            time.sleep(0.05)
+        raise ClusterError(
+            f"sglang-router did not count routing slot {slot} in flight within {PIN_WAIT_S:g} s (routing keys in "
+            f"flight per worker: {active}); a held request may have finished early"
+        )
+
+    def _keys_active(self) -> dict[str, float]:
+        try:
+            r = httpx.get(f"http://{self.opts.host}:{self.metrics_port}/metrics", timeout=5.0)
+        except httpx.HTTPError:
+            return {}
+        return routing_keys_active(r.text) if r.status_code == 200 else {}
+
+    def _keep_slots(self) -> None:
+        """Touch every slot key now and then, so the router never forgets (and re-places) an idle one."""
+        body = {"text": "agentcache: keep-alive", "sampling_params": {"max_new_tokens": 1}}
+        while not self._stopping.wait(SLOT_KEEPALIVE_S):
+            for slot in range(len(self.workers)):
+                try:
+                    httpx.post(
+                        f"{self.base_url}/generate",
+                        json=body,
+                        headers={**self._headers(), ROUTING_HEADER: slot_key(slot)},
+                        timeout=60.0,
+                    )
+                except httpx.HTTPError:
+                    pass  # the router or the worker is down: the cluster's poll() reports it
+
     # -- stop
 
     def stop(self, grace_s: float = 20.0) -> None:
         """Stop the router first (no new requests), then every worker's process tree."""
+        self._stopping.set()
         router, self.router = self.router, None
         if router is not None:
             _stop_group(router, grace_s)
@@ -297,10 +417,13 @@ def serve_cluster_forever(opts: ServeOptions, workers: int, router_port: int) ->
 
         def start() -> None:
             cluster.start()
+            slots = ", ".join(f"{slot_key(i)} -> {url}" for i, url in enumerate(cluster.slot_workers or []))
             print(
                 f"agentcache: serving on {cluster.base_url} (sglang-router, manual policy) in front of "
                 f"{workers} workers {', '.join(cluster.worker_urls)} "
-                f"(policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
+                f"(policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode); routing slots {slots}: "
+                "agentcache_sdk routes workflow-aware by default (AGENTCACHE_ROUTING=workflow-affinity pins whole "
+                "workflows)",
                 file=sys.stderr,
             )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+
 import httpx
 import pytest
 
@@ -312,6 +315,55 @@ def test_a_cluster_is_checked_before_anything_starts():
         assert " ".join(flag) in " ".join(cmd)
 
 
+def test_the_slot_keys_are_placed_one_per_worker_or_the_cluster_fails(monkeypatch):
+    from agentcache.server_ext import cluster as cluster_module
+    from agentcache.server_ext.cluster import Cluster, ClusterError, routing_keys_active
+    from agentcache.server_ext.launcher import ServeOptions
+
+    metrics = """# TYPE smg_worker_routing_keys_active gauge
+smg_worker_routing_keys_active{worker="http://127.0.0.1:30001"} 1
+smg_worker_routing_keys_active{worker="http://127.0.0.1:30002"} 0
+smg_worker_requests_active{worker="http://127.0.0.1:30001"} 3
+"""
+    assert routing_keys_active(metrics) == {"http://127.0.0.1:30001": 1.0, "http://127.0.0.1:30002": 0.0}
+
+    c = Cluster(ServeOptions(model_size="tiny"), 2, 30000)
+    gauges: list[dict[str, float]] = []
+    monkeypatch.setattr(c, "_keys_active", lambda: gauges.pop(0) if len(gauges) > 1 else gauges[0])
+    w1, w2 = c.worker_urls
+    far = 1e18
+    gauges[:] = [{}, {w2: 1.0}]  # the router counts the key a moment later
+    assert c._slot_worker(0, [], far) == w2
+    gauges[:] = [{w2: 1.0, w1: 1.0}]
+    assert c._slot_worker(1, [w2], far) == w1
+    gauges[:] = [{w2: 2.0}]  # min_group put slot 1 beside slot 0 (another key was in flight)
+    with pytest.raises(ClusterError, match="did not put routing slot 1 on a worker of its own"):
+        c._slot_worker(1, [w2], far)
+    gauges[:] = [{w1: 1.0, w2: 1.0}]  # someone else's key in flight too
+    with pytest.raises(ClusterError, match="routing slot 0 on a worker of its own"):
+        c._slot_worker(0, [], far)
+    monkeypatch.setattr(cluster_module, "PIN_WAIT_S", 0.2)
+    gauges[:] = [{w2: 0.0, w1: 1.0}]  # slot 0's held request ended: slot 1 took its place
+    with pytest.raises(ClusterError, match="did not count routing slot 1 in flight"):
+        c._slot_worker(1, [w2], far)
+
+
+def test_the_sdk_counts_every_worker_the_router_lists_as_a_slot():
+    from agentcache_sdk._cluster import router_listing
+
+    listing = {
+        "workers": [
+            {"url": "http://a:1", "is_healthy": True},
+            {"url": "http://b:1@0", "is_healthy": False},
+            {"url": "http://b:1@1", "is_healthy": False},
+        ]
+    }
+    assert router_listing(listing) == (["http://a:1"], 2), (
+        "an unhealthy worker keeps its slot (the router re-places it)"
+    )
+    assert router_listing({"detail": "Not Found"}) is None
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two CPU workers (tiny model, pbkv) behind sglang-router on loopback."""
@@ -332,52 +384,132 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
-@pytest.mark.server
-def test_the_router_keeps_each_workflow_on_one_worker_and_the_sdk_ends_it_there(cluster):
+def _worker_json(cluster, path: str, auth: dict) -> list[dict]:
+    return [httpx.get(f"{url}{path}", headers=auth, timeout=30).json() for url in cluster.worker_urls]
+
+
+def _run_workflows(cluster, key: str, tasks: list[str], agents: dict[str, dict], steps: int):
+    """Run one SDK workflow per task against the cluster's router, each agent `steps` turns in a row; return
+    (workflow ids, (workflow, agent name, routing key) of every request as it left the client)."""
     import openai
 
     import agentcache_sdk as ac
 
+    sent: list[tuple[str, str, str]] = []
+
+    def record(request: httpx.Request) -> None:
+        if request.url.path.endswith("/chat/completions"):
+            tags = json.loads(request.headers["x-request-id-agentcache"])
+            sent.append((tags["workflow"], tags["agent_name"], request.headers["x-smg-routing-key"]))
+
+    http = httpx.Client(event_hooks={"request": [record]}, timeout=120)
+    client = openai.OpenAI(base_url=f"{cluster.base_url}/v1", api_key=key, max_retries=0, http_client=http)
+
+    @ac.workflow
+    def solve(task: str) -> str:
+        for name, system in agents.items():
+            messages = [system, {"role": "user", "content": task}]
+            with ac.agent_name(name):
+                for step in range(steps):
+                    reply = client.chat.completions.create(
+                        model="default", messages=messages, max_tokens=4, temperature=0
+                    )
+                    messages += [
+                        {"role": "assistant", "content": reply.choices[0].message.content or "-"},
+                        {"role": "user", "content": f"step {step} of {task}: go on"},
+                    ]
+        return ac.current_workflow().id
+
+    try:
+        workflows = [solve(task) for task in tasks]
+    finally:
+        http.close()
+    assert ac.flush(30), "the end events were sent"
+    return workflows, sent
+
+
+@pytest.mark.server
+def test_workflow_aware_routing_places_each_request_where_the_sdk_chose_and_ends_reach_every_worker(cluster):
+    """The default against `agentcache serve --workers 2`: the SDK's WorkflowAwareRouting picks a slot per
+    request, the router sends slot i to cluster.slot_workers[i], and each workflow's end reaches every worker
+    that served it."""
+    import agentcache_sdk as ac
+    from agentcache.routing import slot_key
+
+    assert sorted(cluster.slot_workers) == sorted(cluster.worker_urls), "one routing slot per worker"
     key = "sk-cluster-test"  # workflows are scoped per tenant (the bearer key): the SDK's end events need the same one
     auth = {"Authorization": f"Bearer {key}"}
-    previous = (ac.settings.base_url, ac.settings.api_key)
+    previous = (ac.settings.base_url, ac.settings.api_key, ac.settings.routing)
     ac.configure(base_url=cluster.base_url, api_key=key)
+    assert ac.settings.routing == "workflow-aware", "the default"
+    before = _worker_json(cluster, "/agentcache/v1/stats", auth)
+    agents = {
+        name: {"role": "system", "content": f"You are the {name} agent of a code assistant. " * 8}
+        for name in ("planner", "coder", "tester")
+    }
     try:
-        client = openai.OpenAI(base_url=f"{cluster.base_url}/v1", api_key=key, max_retries=0)
-        system = {"role": "system", "content": "You are the planner agent of a code assistant. " * 8}
-
-        @ac.workflow
-        def solve(task: str) -> str:
-            messages = [system, {"role": "user", "content": task}]
-            for step in range(3):
-                reply = client.chat.completions.create(model="default", messages=messages, max_tokens=4, temperature=0)
-                messages += [
-                    {"role": "assistant", "content": reply.choices[0].message.content or "-"},
-                    {"role": "user", "content": f"step {step} of {task}: go on"},
-                ]
-            return ac.current_workflow().id
-
-        def views(workflow: str) -> list[dict]:
-            return [
-                httpx.get(f"{url}/agentcache/v1/workflows/{workflow}", headers=auth, timeout=30).json()
-                for url in cluster.worker_urls
-            ]
-
-        workflows = [solve("add a flag"), solve("fix the parser")]
-        assert ac.flush(30), "the end events were sent"
-
-        for wf in workflows:
-            seen = views(wf)
-            assert sorted(v["requests"] for v in seen) == [0, 3], f"{wf}: all 3 requests on one worker: {seen}"
-            (home,) = [v for v in seen if v["requests"]]
-            assert home["agents"] and home["cached_tokens"] > 0, "the tags in the forwarded header reached the worker"
-            assert home["active"] is False, f"{wf} was retired on its worker after the workflow ended"
-        stats = [
-            httpx.get(f"{url}/agentcache/v1/stats", headers=auth, timeout=30).json() for url in cluster.worker_urls
-        ]
-        assert sum(s["tagged_requests"] for s in stats) == 6
-        # each end reached the worker that held its workflow (retired_workflows also counts the implicit
-        # one-request workflows of any untagged request the workers received)
-        assert sum(s["ended_workflows"] for s in stats) == 2
+        workflows, sent = _run_workflows(
+            cluster, key, ["add a flag", "fix the parser", "speed up the build"], agents, 2
+        )
     finally:
-        ac.settings.base_url, ac.settings.api_key = previous
+        ac.settings.base_url, ac.settings.api_key, ac.settings.routing = previous
+    assert len(sent) == 3 * 3 * 2
+    slot_of = {slot_key(i): i for i in range(len(cluster.worker_urls))}
+    assert {k for _, _, k in sent} <= slot_of.keys(), f"every request carried a slot key, no workflow id: {sent}"
+
+    # What the SDK's routing decided is what went out, and every answer came back to it.
+    routing = ac.routing_stats(cluster.base_url)
+    assert routing["workers"] == 2
+    chosen = Counter(slot_of[k] for _, _, k in sent)
+    for slot in routing["slots"]:
+        assert slot["requests"] == slot["answered"] == chosen[slot["slot"]] and slot["in_flight"] == 0, routing
+    assert sum(s["prompt_tokens"] for s in routing["slots"]) > 0, "the answers' usage was fed back"
+
+    # Each request was served by the worker of the slot it was sent to, per workflow and per agent.
+    worker_of = dict(enumerate(cluster.slot_workers))
+    served_by: dict[str, set[str]] = {}
+    for wf in workflows:
+        expected = Counter((worker_of[slot_of[k]], agent) for w, agent, k in sent if w == wf)
+        for url, view in zip(cluster.worker_urls, _worker_json(cluster, f"/agentcache/v1/workflows/{wf}", auth)):
+            mine = {agent: n for (u, agent), n in expected.items() if u == url}
+            assert view["requests"] == sum(mine.values()) and view["agents"] == mine, f"{wf} on {url}: {view}"
+            if mine:
+                served_by.setdefault(wf, set()).add(url)
+                # the end event reached this worker, which held the workflow
+                assert view["ended"] is True and view["active"] is False, f"{wf} on {url}: {view}"
+    assert any(len(urls) == 2 for urls in served_by.values()), f"the policy split a workflow over both: {served_by}"
+    after = _worker_json(cluster, "/agentcache/v1/stats", auth)
+    per_worker = Counter(worker_of[slot_of[k]] for _, _, k in sent)
+    for url, b, a in zip(cluster.worker_urls, before, after):
+        assert a["tagged_requests"] - b["tagged_requests"] == per_worker[url]
+        # one end per workflow this worker served (an end for a workflow it never saw counts nowhere)
+        assert a["ended_workflows"] - b["ended_workflows"] == sum(url in urls for urls in served_by.values())
+
+
+@pytest.mark.server
+def test_workflow_affinity_keeps_each_workflow_on_one_worker_and_the_sdk_ends_it_there(cluster):
+    """Today's pinning, kept available: configure(routing="workflow-affinity") sends the workflow id as the key."""
+    import agentcache_sdk as ac
+
+    key = "sk-cluster-test"
+    auth = {"Authorization": f"Bearer {key}"}
+    previous = (ac.settings.base_url, ac.settings.api_key, ac.settings.routing)
+    ac.configure(base_url=cluster.base_url, api_key=key, routing="workflow-affinity")
+    before = _worker_json(cluster, "/agentcache/v1/stats", auth)
+    agents = {"planner": {"role": "system", "content": "You are the planner agent of a code assistant. " * 8}}
+    try:
+        workflows, sent = _run_workflows(cluster, key, ["rename a module", "fix a typo"], agents, 3)
+    finally:
+        ac.settings.base_url, ac.settings.api_key, ac.settings.routing = previous
+    assert all(k == wf for wf, _, k in sent) and len(sent) == 6, "the workflow id is the routing key"
+
+    for wf in workflows:
+        seen = _worker_json(cluster, f"/agentcache/v1/workflows/{wf}", auth)
+        assert sorted(v["requests"] for v in seen) == [0, 3], f"{wf}: all 3 requests on one worker: {seen}"
+        (home,) = [v for v in seen if v["requests"]]
+        assert home["agents"] and home["cached_tokens"] > 0, "the tags in the forwarded header reached the worker"
+        assert home["active"] is False, f"{wf} was retired on its worker after the workflow ended"
+    after = _worker_json(cluster, "/agentcache/v1/stats", auth)
+    assert sum(a["tagged_requests"] - b["tagged_requests"] for a, b in zip(after, before)) == 6
+    # each end reached the worker that held its workflow
+    assert sum(a["ended_workflows"] - b["ended_workflows"] for a, b in zip(after, before)) == 2

@@ -32,6 +32,7 @@ class Recording(ThreadingHTTPServer):
         self.requests: list[tuple[str, dict, dict]] = []
         self.down = False
         self.workers: list[str] | None = None  # set: answers `GET /workers` like sglang-router with these workers
+        self.cached_tokens: int | None = None  # set: answers report this many cached prompt tokens
 
     @property
     def url(self) -> str:
@@ -81,6 +82,8 @@ class _Handler(BaseHTTPRequestHandler):
                 ],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
             }
+            if server.cached_tokens is not None:
+                payload["usage"]["prompt_tokens_details"] = {"cached_tokens": server.cached_tokens}
         data = json.dumps(payload).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -219,6 +222,121 @@ def test_requests_to_other_servers_are_never_touched(fake):
         assert "custom_params" not in body and "x-smg-routing-key" not in headers
     finally:
         other.shutdown()
+
+
+def _workers_behind(fake, n: int = 2) -> list[Recording]:
+    """Make `fake` answer like sglang-router in front of `n` fake workers (which record the end events)."""
+    workers = [Recording() for _ in range(n)]
+    for worker in workers:
+        threading.Thread(target=worker.serve_forever, daemon=True).start()
+    fake.workers = [w.url for w in workers]
+    return workers
+
+
+AGENTS = {name: {"role": "system", "content": f"You are the {name}. " * 40} for name in ("planner", "coder", "tester")}
+
+
+def test_behind_a_cluster_each_request_carries_the_slot_the_workflow_aware_routing_chose(fake, monkeypatch):
+    from agentcache.routing import WorkflowAwareRouting
+
+    chosen: list[int] = []
+    choose = WorkflowAwareRouting.choose
+
+    def spy(self, *args, **kwargs):
+        placement = choose(self, *args, **kwargs)
+        chosen.append(placement.slot)
+        return placement
+
+    monkeypatch.setattr(WorkflowAwareRouting, "choose", spy)
+    workers = _workers_behind(fake)
+    fake.cached_tokens = 4
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x", max_retries=0)
+
+    @ac.workflow
+    def solve(task):
+        for system in AGENTS.values():
+            messages = [system, {"role": "user", "content": task}]
+            for _ in range(2):
+                client.chat.completions.create(model="m", messages=messages)
+                messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+        return ac.current_workflow().id
+
+    try:
+        ids = [solve(f"task {i}") for i in range(4)]
+        keys = [headers["x-smg-routing-key"] for _, headers in chats(fake)]
+        assert keys == [f"agentcache-worker-{slot}" for slot in chosen] and len(keys) == 24, "the routing's choice"
+        assert set(keys) == {"agentcache-worker-0", "agentcache-worker-1"}, "both slots, never a workflow id"
+        stats = ac.routing_stats()
+        assert stats["workers"] == 2 and stats["chars_per_token"] != 4.0, "calibrated on the answers' prompt tokens"
+        for slot in stats["slots"]:
+            assert slot["requests"] == slot["answered"] == keys.count(slot["key"]) and slot["in_flight"] == 0
+            assert slot["prompt_tokens"] == 10 * slot["requests"] and slot["cached_tokens"] == 4 * slot["requests"]
+        for worker in workers:  # the router has no end route: each end goes to every worker it lists
+            assert sorted(ends(worker)) == sorted(ids)
+        assert ends(fake) == []
+        from agentcache_sdk._routing import _routers
+
+        assert _routers[fake.url].routing._workflow_slots == {}, "ended workflows are forgotten"
+    finally:
+        for worker in workers:
+            worker.shutdown()
+
+
+def test_every_routed_request_is_handed_back_even_when_it_fails(fake):
+    workers = _workers_behind(fake)
+    chat = {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "hi"}]}
+
+    def refuse(request):
+        raise httpx.ConnectError("refused", request=request)
+
+    try:
+        with ac.workflow(), httpx.Client() as client:
+            client.post(f"{fake.url}/v1/chat/completions", json={**chat, "stream": True})  # not read as JSON
+            with client.stream("POST", f"{fake.url}/v1/chat/completions", json=chat) as response:
+                next(response.iter_bytes())  # closed before the end
+            fake.down = True
+            assert client.post(f"{fake.url}/v1/chat/completions", json=chat).status_code == 503
+        with ac.workflow(), httpx.Client(transport=httpx.MockTransport(refuse)) as client:
+            with pytest.raises(httpx.ConnectError):
+                client.post(f"{fake.url}/v1/chat/completions", json=chat)
+        slots = ac.routing_stats()["slots"]
+        assert sum(s["requests"] for s in slots) == sum(s["answered"] for s in slots) == 4
+        assert all(s["in_flight"] == 0 for s in slots), slots
+    finally:
+        fake.down = False
+        ac.flush(5)
+        for worker in workers:
+            worker.shutdown()
+
+
+def test_workflow_affinity_is_a_setting_and_unknown_routings_are_refused(fake, monkeypatch):
+    from agentcache_sdk import _config
+
+    monkeypatch.setattr(ac.settings, "routing", ac.settings.routing)  # restored afterwards
+    workers = _workers_behind(fake)
+    try:
+        ac.configure(routing="workflow-affinity")
+        with ac.workflow() as wf, httpx.Client() as client:
+            client.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
+        ((_, headers),) = chats(fake)
+        assert headers["x-smg-routing-key"] == wf.id, "the workflow id, as before"
+        assert ac.routing_stats() is None
+    finally:
+        ac.flush(5)
+        for worker in workers:
+            worker.shutdown()
+    with pytest.raises(
+        ValueError, match="routing: unknown routing 'round-robin'; choose from workflow-aware, workflow-affinity"
+    ):
+        ac.configure(routing="round-robin")
+    assert ac.settings.routing == "workflow-affinity"
+    monkeypatch.setenv("AGENTCACHE_ROUTING", "sticky")
+    with pytest.raises(ValueError, match="AGENTCACHE_ROUTING: unknown routing 'sticky'"):
+        _config._from_env()
+    monkeypatch.setenv("AGENTCACHE_ROUTING", "workflow-affinity")
+    assert _config._from_env().routing == "workflow-affinity"
+    monkeypatch.delenv("AGENTCACHE_ROUTING")
+    assert _config._from_env().routing == "workflow-aware", "the default"
 
 
 def test_an_unreachable_server_never_breaks_the_app(fake, caplog):
