@@ -509,8 +509,16 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "strategies on plain SGLang (--radix-eviction-policy), agentcache's on the plugin; report medians with "
         "min-max of time to first token, latency, completion time, prompt tokens computed and hit rate.",
     )
-    p.add_argument(
+    from agentcache.workloads import FAMILIES
+
+    workload = p.add_mutually_exclusive_group()
+    workload.add_argument(
         "trace", nargs="?", help=f"trace file (default: {BENCH_WORKFLOWS} generated {BENCH_FAMILY} workflows)"
+    )
+    workload.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        help=f"generate {BENCH_WORKFLOWS} workflows (or --workflows) of this family instead (default {BENCH_FAMILY})",
     )
     p.add_argument("--policy", default=DEFAULT_POLICIES, help="comma-separated (default %(default)s)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
@@ -572,7 +580,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         except (TraceError, OSError) as exc:
             raise UsageError(str(exc)) from None
     else:
-        trace = generate(BENCH_FAMILY, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))
+        family = args.family or BENCH_FAMILY
+        trace = generate(family, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))
     trace = first_workflows(trace, args.workflows)
     if not trace.requests:
         raise UsageError(f"{args.trace}: no requests to send")

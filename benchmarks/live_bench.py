@@ -1,11 +1,13 @@
 """The live benchmark's default run, written into docs/live-bench.md and the README's live table.
 
     .venv/bin/python benchmarks/live_bench.py        # about 15 minutes on 2 cores
+    .venv/bin/python benchmarks/live_bench.py --family phased-chat --workflows 8   # a rebuilding workload
 
 Runs `agentcache bench --json --plot docs/img/live-bench.png` (its defaults: a generated group chat,
 lru, lfu, slru and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
 strategies on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
-Extra arguments go to `agentcache bench`.
+Extra arguments go to `agentcache bench`; with `--family F` (other than the default group chat) the
+page is docs/live-bench-F.md and the README's table for it sits between its own markers.
 """
 
 from __future__ import annotations
@@ -73,12 +75,20 @@ def verdicts(summary: dict) -> list[str]:
     return lines
 
 
+def page_name(extra: list[str]) -> str:
+    """live-bench, or live-bench-FAMILY for a generated family other than the default."""
+    family = extra[extra.index("--family") + 1] if "--family" in extra[:-1] else "group-chat"
+    return "live-bench" if family == "group-chat" else f"live-bench-{family}"
+
+
 def main() -> None:
     extra = sys.argv[1:]
-    if extra == ["--pages-only"]:  # rewrite the pages from the last run's docs/live-bench.json
-        write_pages(json.loads((DOCS / "live-bench.json").read_text()), [])
+    if extra[:1] == ["--pages-only"]:  # rewrite the pages from the last run's JSON
+        name = page_name(extra[1:])
+        write_pages(json.loads((DOCS / f"{name}.json").read_text()), extra[1:])
         return
-    command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(DOCS / "img/live-bench.png")]
+    name = page_name(extra)
+    command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(DOCS / f"img/{name}.png")]
     proc = subprocess.run(command + extra, stdout=subprocess.PIPE, text=True, cwd=ROOT)  # stderr: the progress bar
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
@@ -87,13 +97,19 @@ def main() -> None:
 
 
 def write_pages(summary: dict, extra: list[str]) -> None:
-    shown = "agentcache bench " + " ".join(["--json", "--plot", "docs/img/live-bench.png", *extra])
+    name = page_name(extra)
+    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/img/{name}.png", *extra])
     lines = table(summary) + ["", *verdicts(summary)]
+    workload = (
+        "the default workload (16 generated group-chat workflows: agents append to a shared conversation)"
+        if name == "live-bench"
+        else f"generated {name.removeprefix('live-bench-')} workflows (`{' '.join(extra)}`)"
+    )
     page = [
         "# Live benchmark: real requests against the CPU server",
         "",
         f"Command: `{' '.join(['.venv/bin/python benchmarks/live_bench.py', *extra])}` (runs `{shown}`;",
-        f"{platform.machine()}, 2 cores, no GPU).",
+        f"{platform.machine()}, 2 cores, no GPU). Workload: {workload}.",
         "",
         "Each policy and repetition gets a fresh server (the bundled SGLang 0.5.23 in CPU dev mode, a",
         "small random-weight model), warmed up with requests that share nothing with the workload; policies",
@@ -106,7 +122,7 @@ def write_pages(summary: dict, extra: list[str]) -> None:
         "",
         *lines,
         "",
-        "![time to first token and latency](img/live-bench.png)",
+        f"![time to first token and latency](img/{name}.png)",
         "",
         "The engine runs one torch thread on CPU (`ENGINE_CPU_THREADS` in agentcache/bench.py): with one",
         "per core, a single run became up to 15x slower whenever another process held a core, and the",
@@ -115,10 +131,11 @@ def write_pages(summary: dict, extra: list[str]) -> None:
         "a larger model on a GPU, where prefill dominates: `benchmarks/gpu_check.sh`.",
         "",
     ]
-    (DOCS / "live-bench.md").write_text("\n".join(page))
-    (DOCS / "live-bench.json").write_text(json.dumps(summary, indent=1) + "\n")
-    write_between_markers(ROOT / "README.md", "live", "\n".join(lines) + "\n")
-    print("wrote docs/live-bench.md, docs/live-bench.json, README.md's live table", file=sys.stderr)
+    (DOCS / f"{name}.md").write_text("\n".join(page))
+    (DOCS / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    marker = "live" if name == "live-bench" else name.replace("live-bench", "live")
+    write_between_markers(ROOT / "README.md", marker, "\n".join(lines) + "\n")
+    print(f"wrote docs/{name}.md, docs/{name}.json, README.md's {marker} table", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,20 @@ def test_bad_options_are_refused_clearly(good_trace, capsys, args, says):
     assert says in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--family", "nosuch"], "invalid choice: 'nosuch'"),
+        (["TRACE", "--family", "chat"], "not allowed with argument trace"),
+    ],
+)
+def test_a_generated_family_is_checked_and_excludes_a_trace(good_trace, capsys, args, says):
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", *[str(good_trace) if a == "TRACE" else a for a in args]])
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
 def test_a_missing_trace_file_is_named(tmp_path, capsys):
     assert main(["bench", str(tmp_path / "absent.jsonl")]) == 2
     assert "absent.jsonl" in capsys.readouterr().err
