@@ -50,9 +50,10 @@ class EvictionHeap:
     strategy for each leaf's key: hundreds of calls per request at the cache sizes a GPU serves. For a policy
     that keeps its keys (``CachePolicy.keeps_keys``) this heap re-keys only the nodes the policy says changed
     and the leaves it has no entry for; everything else is checked when it reaches the top: an entry whose
-    node is no longer an evictable leaf is dropped, and one whose key moved (a node's last_access_time, which
-    only grows, is the one part of a key that changes unannounced) is pushed again with its current key.
-    Eviction order is then the same as a rebuild's.
+    node is no longer an evictable leaf is dropped, and one whose key moved is pushed again with its current
+    key. A node read by a request is re-keyed when the request tags it, so eviction order is the same as a
+    rebuild's; one read by a match alone (the live scheduler probing a waiting request) is re-keyed when it
+    reaches the top.
     """
 
     def __init__(self, policy: CachePolicy):

@@ -160,7 +160,10 @@ class PBKVPolicy(CachePolicy):
         self._now = 0.0
         self._values: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
         self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
-        self._weights: dict[WorkflowKey, float] = {}  # workflow -> timing weight phi_w
+        # workflow -> timing weight phi_w as its nodes' keys read it: the current one, kept until that moved by
+        # more than CHANGE. Keys read only these, _keyed_demand and the reuse shares frozen at the epoch's
+        # start, so a key changes only where its node is invalidated, and grows where one of these grew.
+        self._weights: dict[WorkflowKey, float] = {}
         # D(a) = sum over active workflows of phi_w v_w(a), plus pending requests and arrivals; kept up to date
         # by each workflow's change (its part is in _parts) and recomputed whole at every refresh.
         self._demand: dict[str, float] = {}
@@ -373,15 +376,19 @@ class PBKVPolicy(CachePolicy):
                 self._invalidate(self._fixed_nodes.get(agent), rising=now > then)
 
     def _invalidate(self, nodes: dict[int, NodeTags] | None, rising: bool = False) -> None:
-        """The keys of `nodes` changed (`rising`: none of them fell); forget the evicted ones."""
+        """The keys of `nodes` changed (`rising`: one weight or demand they are valued by grew, nothing else
+        changed); forget the evicted ones."""
         if not nodes:
             return
+        rising = rising and not self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced
         gone = []
         for key, t in nodes.items():
             if t.evicted:
                 gone.append(key)
             else:
-                self.forget_key(t, rising)
+                # A key grows with its forecast value; one valued by its read rate alone (value 0) reads a
+                # rate that falls with time.
+                self.forget_key(t, rising and t.key is not None and t.key[1] > 0.0)
         for key in gone:
             del nodes[key]
 
@@ -391,9 +398,10 @@ class PBKVPolicy(CachePolicy):
         and all of them every EPOCH_REFRESHES refreshes."""
         self._since_refresh = 0
         self._refreshes += 1
-        if self._refreshes % EPOCH_REFRESHES == 0:
+        if self._refreshes % EPOCH_REFRESHES == 0 or self.reuse.doubled():
             self._epoch += 1
             self.forget_all_keys()
+            self.reuse.freeze()
         ingredients = self.ingredients
         weights: dict[WorkflowKey, float] = {}
         parts: dict[WorkflowKey, tuple[float, dict[str, float], str | None]] = {}
@@ -402,10 +410,13 @@ class PBKVPolicy(CachePolicy):
         # The most recently active workflows only: bounded work per refresh, however many workflows
         # hostile or forgetful clients leave open (the older ones are the least likely to call soon).
         for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
-            weight = weights[state.id] = self.timing_weight(state)
-            previous = self._weights.get(state.id)
-            if _moved(previous, weight):
-                self._invalidate(self._nodes_of.get(state.id), rising=previous is not None and weight > previous)
+            weight = self.timing_weight(state)
+            keyed_weight = self._weights.get(state.id)
+            if _moved(keyed_weight, weight):
+                rising = keyed_weight is not None and weight > keyed_weight
+                self._invalidate(self._nodes_of.get(state.id), rising=rising)
+                keyed_weight = weight
+            weights[state.id] = keyed_weight
             values = self._values.get(state.id, {})
             waiting = self._pending.get(state.id)
             parts[state.id] = (weight, values, waiting)
@@ -433,7 +444,7 @@ class PBKVPolicy(CachePolicy):
         if t is None:
             return 0.0
         fixed = t.fixed_agents if self.ingredients.fixed_by_forecast else ()
-        total = sum(self._demand.get(agent, 0.0) for agent in fixed)
+        total = sum(self._keyed_demand.get(agent, 0.0) for agent in fixed)
         current_only = self.ingredients.current_paths
         pending = self._pending
         reuse = self.ingredients.reuse
@@ -496,6 +507,11 @@ class ReuseEvidence:
         # agent -> per part, three counts: [tokens read again, tokens, observations]
         self._counts: OrderedDict[str, list[int]] = OrderedDict()
         self._totals = [0] * 9
+        # What share() answers from: the counts as of the last freeze() (the policy's keys must not move
+        # between two of its epochs unannounced), and how many observations there were then.
+        self._frozen_counts: dict[str, list[int]] = {}
+        self._frozen_totals = [0] * 9
+        self._observations = self._frozen_observations = 0
 
     def observe(self, agent: str, previous: Latest, path: Sequence[Any], matched_tokens: int) -> None:
         """The agent's new request matched `matched_tokens` of `path`: how far along the previous request's
@@ -519,6 +535,7 @@ class ReuseEvidence:
             t = tags_of(below)
             if t is None or t.evicted:
                 return  # the rest of the previous path was gone before the request came
+        self._observations += 1
         counts = self._counts.get(agent)
         if counts is None:
             counts = self._counts[agent] = [0] * 9
@@ -534,15 +551,25 @@ class ReuseEvidence:
                 counts[3 * i + j] += n
                 self._totals[3 * i + j] += n
 
+    def freeze(self) -> None:
+        """Answer share() from the evidence seen so far, until the next freeze."""
+        self._frozen_counts = {agent: list(counts) for agent, counts in self._counts.items()}
+        self._frozen_totals = list(self._totals)
+        self._frozen_observations = self._observations
+
+    def doubled(self) -> bool:
+        """Whether the observations doubled since the last freeze (early on, evidence is worth freezing often)."""
+        return self._observations > 2 * self._frozen_observations
+
     def share(self, agent: str, part: int) -> float:
         """The share of a node in this part of the agent's latest request its next request reads again
         (1.0 for the fixed prompt: its value comes from every workflow's forecast, not this pair's)."""
         if part not in self.PARTS:
             return 1.0
         i = 3 * (part - CONTEXT)
-        read, total, _ = self._totals[i : i + 3]
+        read, total, _ = self._frozen_totals[i : i + 3]
         prior = read / total if total else 0.5  # nothing seen yet: either way
-        counts = self._counts.get(agent)
+        counts = self._frozen_counts.get(agent)
         if counts is None or counts[i + 1] == 0:
             return prior
         read, total, observations = counts[i : i + 3]
