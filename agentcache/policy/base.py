@@ -239,10 +239,12 @@ class CachePolicy(ABC):
         return latest is not None and latest.stamp == stamp
 
     def _prune(self, t: NodeTags) -> None:
-        """Forget ended workflows on a node; if it is still full, its least recent workflows."""
+        """Forget the ended workflows on a full node, then its least recent ones down to three quarters full:
+        a prefix that every workflow shares is pruned once per MAX_WORKFLOWS_PER_NODE / 4 new workflows at
+        most, not at each."""
         for workflow in [w for w in t.workflows if not self.registry.is_active(w)]:
             del t.workflows[workflow]
-        while len(t.workflows) >= MAX_WORKFLOWS_PER_NODE:
+        while len(t.workflows) > MAX_WORKFLOWS_PER_NODE * 3 // 4:
             del t.workflows[next(iter(t.workflows))]
 
     # -- hooks for subclasses

@@ -20,18 +20,20 @@ class GapModel:
         self.window = window
         self._recent: deque[float] = deque()
         self._sorted: list[float] = []
+        self._total = 0.0  # sum of the window, kept as gaps come and go: the policy reads the mean for every key
         self._suffix: list[float] | None = None  # suffix sums of _sorted, rebuilt lazily
-        self._mean: float | None = None  # kept until the next gap: the policy reads it for every key it computes
 
     def add(self, gap: float) -> None:
         if gap < 0:
             return
         self._recent.append(gap)
         insort(self._sorted, gap)
+        self._total += gap
         if len(self._recent) > self.window:
             old = self._recent.popleft()
             del self._sorted[bisect_right(self._sorted, old) - 1]
-        self._suffix = self._mean = None
+            self._total -= old
+        self._suffix = None
 
     @property
     def count(self) -> int:
@@ -39,19 +41,21 @@ class GapModel:
 
     @property
     def mean(self) -> float:
-        if self._mean is None:
-            self._mean = sum(self._sorted) / len(self._sorted) if self._sorted else 0.0
-        return self._mean
+        return self._total / len(self._sorted) if self._sorted else 0.0
 
     def residual(self, idle: float) -> float:
         """E[G - idle | G > idle]; `idle` itself when no recorded gap was ever that long."""
         gaps = self._sorted
         if not gaps:
             return 0.0
-        if self._suffix is None:
-            self._suffix = list(accumulate(reversed(gaps)))[::-1]
         i = bisect_right(gaps, idle)
         if i == len(gaps):
             return idle  # longer than anything seen: it may never come back
-        longer = len(gaps) - i
-        return self._suffix[i] / longer - idle
+        if self._suffix is not None:
+            longer = self._suffix[i]
+        elif i * 8 < len(gaps):  # a workflow asked about just after its request, as after every gap added
+            longer = self._total - sum(gaps[:i])
+        else:
+            self._suffix = list(accumulate(reversed(gaps)))[::-1]
+            longer = self._suffix[i]
+        return longer / (len(gaps) - i) - idle

@@ -452,17 +452,22 @@ class PBKVPolicy(CachePolicy):
         pending = self._pending
         reuse = self.ingredients.reuse
         for workflow, agents in t.workflows.items():
+            if fixed and agents.keys() <= fixed:  # valued by the demand above (a shared prompt: most workflows)
+                continue
             weight = self._weights.get(workflow)
             if weight is None:  # not active
                 continue
             values = self._values.get(workflow)
             waiting = pending.get(workflow)
-            latest = self.latest.get(workflow, {})
+            latest = self.latest.get(workflow) or {}
             for a, stamp in agents.items():
-                if a in fixed or (current_only and not self.on_current_path(workflow, a, stamp)):
+                if a in fixed:
                     continue
-                pair = latest.get(a) if reuse else None
-                read = self.reuse.share(a, pair.region(t.depth)) if pair is not None and pair.stamp == stamp else 1.0
+                pair = latest.get(a)
+                current = pair is not None and pair.stamp == stamp  # on the pair's latest path
+                if current_only and not current:
+                    continue
+                read = self.reuse.share(a, pair.region(t.depth)) if reuse and current else 1.0
                 if values:
                     total += weight * values.get(a, 0.0) * read
                 if a == waiting:
