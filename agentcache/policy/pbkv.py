@@ -13,10 +13,7 @@ unconditional with END absorbing, so s_w^(k) * P_w^(k)(a) is row k's p(a) and
 
 the expected discounted number of future reads of c (Lemma G.1). Cache that
 only ended workflows touched is evicted before any scored node: a fact
-outranks an estimate. Within that tier, generated output that no request's
-prompt has re-sent yet goes first (as in SGLang's priority policy): apps that
-rebuild prompts never re-send it verbatim, and a chat's next turn that does
-reads the prompt above it too.
+outranks an estimate.
 
 As written, the score undervalues an agent's fixed prompt: a workflow that
 has not called the agent yet adds nothing to it, nor does a workflow that has
@@ -487,7 +484,7 @@ class PBKVPolicy(CachePolicy):
     def _priority(self, node: CacheNode, t: NodeTags | None) -> tuple:
         ing = self.ingredients
         if ing.lifecycle and self.is_retired(t) and not (ing.fixed_by_forecast and t.fixed_agents):
-            return (0, float(t.in_prompt), 0.0, node.last_access_time)
+            return (0, 0.0, 0.0, node.last_access_time)
         value = self.score(node, t)
         if ing.evidence and t is not None:
             value *= (t.hits + 1) / (t.hits + 2)
