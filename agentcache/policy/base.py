@@ -229,11 +229,6 @@ class CachePolicy(ABC):
             latest = Latest(stamp, path[-1], fixed, matched_tokens, prompt_tokens, depth)
             self.latest.setdefault(workflow, {})[agent] = latest
 
-    def on_current_path(self, workflow: WorkflowKey, agent: str, stamp: int) -> bool:
-        """Whether a node `agent` of `workflow` last touched with request `stamp` is on the pair's latest path."""
-        latest = self.latest.get(workflow, {}).get(agent)
-        return latest is not None and latest.stamp == stamp
-
     def _prune(self, t: NodeTags) -> None:
         """Forget the ended workflows on a full node, then its least recent ones down to three quarters full:
         a prefix that every workflow shares is pruned once per MAX_WORKFLOWS_PER_NODE / 4 new workflows at
