@@ -37,6 +37,7 @@ VARIANTS = {
     "pbkv/-fallback": "- frequency order where no forecast values a node",
     "pbkv/-reuse": "- each agent's learned reuse of its last path (context, fresh prompt, output)",
     "pbkv/-lifecycle": "- retired tier",
+    "pbkv/-retired-evidence": "- nodes worth less than retired cache's reads ranked with it",
     "pbkv/+cost": "+ miss cost per token (context length)",
     "pbkv": "default",
 }

@@ -173,6 +173,65 @@ def test_pbkv_arrivals_keep_the_entry_agents_prompt():
     assert policy.score(sys_planner) > 0.3
 
 
+def test_pbkv_ranks_a_turn_that_forecasts_its_end_with_retired_cache_when_later_turns_read_that():
+    """Plain chat: each turn is a workflow of its own, the next turn reads what the ended one wrote. The turn
+    just served forecasts END for itself; its nodes must not outrank retired history that later turns read,
+    and its unread answer goes first. Where no later workflow reads retired cache, nothing moves."""
+
+    def serve(policy, path, workflow, agent, now, matched, prompt_nodes, checkpoint=False):
+        tags = Tags(workflow=workflow, agent=agent, fixed_tokens=10)
+        policy.on_request(tags, now)
+        for node in path:
+            node.last_access_time = next(_clock)
+        if checkpoint:  # as the server does: the prompt tagged once computed, the whole path at the finish
+            policy.tag_path(path[:prompt_nodes], tags, now, None)
+        policy.tag_path(path, tags, now, 10 * matched, 10 * prompt_nodes)
+
+    def chat(spec, checkpoint=False):
+        policy = make_policy(spec)
+        sys_prompt = Node("sys")
+        t = 0.0
+        for i in range(40):  # two turns per conversation; turn 2 re-sends turn 1's question and answer
+            question, answer = Node(f"q{i}"), Node(f"a{i}")
+            serve(policy, [sys_prompt, question, answer], f"c{i}-1", "assistant", t, 1 if i else 0, 2, checkpoint)
+            policy.on_end(WorkflowKey("", f"c{i}-1"), t + 1)
+            follow_up, answer2 = Node(f"q{i}b"), Node(f"a{i}b")
+            path = [sys_prompt, question, answer, follow_up, answer2]
+            serve(policy, path, f"c{i}-2", "assistant", t + 5, 3, 4, checkpoint)
+            policy.on_end(WorkflowKey("", f"c{i}-2"), t + 6)
+            t += 10.0
+        old_question = question
+        new_question, new_answer = Node("q_new"), Node("a_new")
+        serve(policy, [sys_prompt, new_question, new_answer], "c-new-1", "assistant", t, 1, 2)  # not ended yet
+        return policy, sys_prompt, old_question, new_question, new_answer
+
+    policy, sys_prompt, old_question, new_question, new_answer = chat("pbkv")
+    # 2 of each conversation's 6 retired nodes read again, counted once whether or not the server tagged the
+    # prompt before the request finished
+    assert policy.retired_reads.share(["assistant"]) == pytest.approx(2 / 6, abs=0.02)
+    assert chat("pbkv", checkpoint=True)[0].retired_reads.share(["assistant"]) == pytest.approx(2 / 6, abs=0.02)
+    assert policy.priority(new_answer)[0] == policy.priority(new_question)[0] == 0
+    assert policy.priority(sys_prompt)[0] == 1  # the assistant's fixed prompt keeps its demand
+    # the unread answer goes first, then LRU: the older conversation's prompt before the new one's
+    assert eviction_order(policy, [new_question, old_question, new_answer]) == ["a_new", "q39", "q_new"]
+
+    without, *_, answer_without = chat("pbkv/-retired-evidence")
+    assert without.priority(answer_without)[0] == 1  # the estimate (END) outranked the evidence
+
+    agents = make_policy("pbkv")
+    t = 0.0
+    for i in range(40):  # agent workflows: nobody reads what an ended workflow wrote
+        serve(agents, [Node(f"sys_p{i}"), Node(f"plan{i}")], f"w{i}", "planner", t, 0, 1)
+        serve(agents, [Node(f"sys_c{i}"), Node(f"code{i}")], f"w{i}", "coder", t + 1, 0, 1)
+        agents.on_end(WorkflowKey("", f"w{i}"), t + 2)
+        t += 3.0
+    ending = Node("code_new")
+    serve(agents, [Node("plan_new")], "w-new", "planner", t, 0, 1)
+    serve(agents, [Node("sys_c"), ending], "w-new", "coder", t + 1, 0, 1)  # forecast: END next
+    assert agents.retired_reads.share(["coder"]) == 0.0
+    assert agents.priority(ending)[0] == 1
+
+
 def test_belady_evicts_the_farthest_next_use():
     next_use = {"soon": 3, "late": 10, "never": math.inf}
     policy = make_policy("belady", next_use=lambda node: next_use[node.name])

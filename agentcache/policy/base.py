@@ -54,6 +54,7 @@ class NodeTags:
     hits: int = 0  # requests that reused c from cache
     depth: int = 0  # tokens from the root to the end of c
     created: float = 0.0  # policy clock at the first touch
+    in_prompt: bool = False  # some request's prompt covered c (else c is generated output no prompt re-sent yet)
     evicted: bool = False  # the engine evicted c from the device (what was read of it is no longer knowable)
     # The policy's eviction key for c, kept until something it depends on changes (see PBKVPolicy.priority).
     key: tuple | None = None
@@ -68,6 +69,7 @@ class NodeTags:
             hits=self.hits,
             depth=self.depth,
             created=self.created,
+            in_prompt=self.in_prompt,
             evicted=self.evicted,
         )
 
@@ -218,6 +220,8 @@ class CachePolicy(ABC):
                 t.fixed_agents.add(agent)
             if finished and depth <= matched:
                 t.hits += 1
+            if prompt_tokens is None or depth <= prompt_tokens:
+                t.in_prompt = True
             t.last_access = now
             t.depth = depth
             if depth <= fixed:

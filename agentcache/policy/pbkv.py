@@ -15,6 +15,16 @@ the expected discounted number of future reads of c (Lemma G.1). Cache that
 only ended workflows touched is evicted before any scored node: a fact
 outranks an estimate.
 
+That fact fails where a workflow is a single request, as in plain chat: a
+conversation's next turn is a workflow of its own and reads what the ended
+previous turn wrote, while the turn that just ended forecast almost nothing
+for itself. So (retired_evidence) the policy counts how often retired cache
+is read again (reads per node retired, fixed prompts aside) and ranks with
+the retired tier every node whose own workflows' forecast is worth less than
+that; within the tier, generated output that no prompt has re-sent yet goes
+before prompts (SGLang's priority order), then LRU. Where retired cache is
+never read again, as in agent workflows, the share stays 0 and nothing moves.
+
 As written, the score undervalues an agent's fixed prompt: a workflow that
 has not called the agent yet adds nothing to it, nor does a workflow that has
 not started. SGLang's LFU protects such prompts through global hit counts,
@@ -52,7 +62,7 @@ switchable ingredients (see docs/policy.md for what each one is worth):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +92,7 @@ from agentcache.tags import Tags, WorkflowKey
 @dataclass(frozen=True)
 class Ingredients:
     lifecycle: bool = True
+    retired_evidence: bool = True
     fixed_by_forecast: bool = True
     arrivals: bool = True
     current_paths: bool = True
@@ -114,6 +125,7 @@ MAX_REUSE_AGENTS = 1024  # agents whose reuse of their own fresh cache is tracke
 REUSE_PRIOR = 2.0  # an agent's estimate starts from all agents' with this weight (in observations)
 
 PAPER = Ingredients(
+    retired_evidence=False,
     fixed_by_forecast=False,
     arrivals=False,
     current_paths=False,
@@ -174,6 +186,7 @@ class PBKVPolicy(CachePolicy):
         self._keyed_demand: dict[str, float] = {}
         self._pending: dict[WorkflowKey, str] = {}  # workflow -> the agent of its request not served yet
         self.reuse = ReuseEvidence()
+        self.retired_reads = RetiredReads()
         # Kept eviction keys: a node's key is current while it was computed in this epoch and nothing it
         # depends on changed since (then its key_epoch is reset). A refresh starts a new epoch.
         self._epoch = 0
@@ -227,6 +240,8 @@ class PBKVPolicy(CachePolicy):
         matched_tokens: int | None,
         prompt_tokens: int | None = None,
     ) -> None:
+        if self.ingredients.retired_evidence:
+            self._count_retired_reads(path, matched_tokens)
         if matched_tokens is not None:
             previous = self.latest.get(tags.key, {}).get(tags.identity)
             if previous is not None:
@@ -277,7 +292,12 @@ class PBKVPolicy(CachePolicy):
         self._pending.pop(state.id, None)
         self._weights.pop(state.id, None)
         self._set_part(state.id, None)
-        self._invalidate(self._nodes_of.pop(state.id, None))  # its nodes may be retired now
+        nodes = self._nodes_of.pop(state.id, None)
+        if nodes and self.ingredients.retired_evidence:
+            for t in nodes.values():
+                if not t.evicted and not t.fixed_agents and self.is_retired(t):
+                    self.retired_reads.retired(t.workflows.get(state.id, ()))
+        self._invalidate(nodes)  # its nodes may be retired now
 
     def coverages(self) -> list[AgentCoverage]:
         return [self.predictor.coverage]
@@ -398,10 +418,11 @@ class PBKVPolicy(CachePolicy):
         and all of them every EPOCH_REFRESHES refreshes."""
         self._since_refresh = 0
         self._refreshes += 1
-        if self._refreshes % EPOCH_REFRESHES == 0 or self.reuse.doubled():
+        if self._refreshes % EPOCH_REFRESHES == 0 or self.reuse.doubled() or self.retired_reads.doubled():
             self._epoch += 1
             self.forget_all_keys()
             self.reuse.freeze()
+            self.retired_reads.freeze()
         ingredients = self.ingredients
         weights: dict[WorkflowKey, float] = {}
         parts: dict[WorkflowKey, tuple[float, dict[str, float], str | None]] = {}
@@ -483,17 +504,38 @@ class PBKVPolicy(CachePolicy):
 
     def _priority(self, node: CacheNode, t: NodeTags | None) -> tuple:
         ing = self.ingredients
-        if ing.lifecycle and self.is_retired(t) and not (ing.fixed_by_forecast and t.fixed_agents):
-            return (0, 0.0, 0.0, node.last_access_time)
+        tiered = ing.lifecycle and t is not None and not (ing.fixed_by_forecast and t.fixed_agents)
+        if tiered and self.is_retired(t):
+            return self._retired_key(node, t)
         value = self.score(node, t)
         if ing.evidence and t is not None:
             value *= (t.hits + 1) / (t.hits + 2)
+        if tiered and ing.retired_evidence and value < self.retired_reads.share(_latest_agents(t)):
+            return self._retired_key(node, t)  # its own workflows will read it less than others read retired cache
         if ing.cost and value > 0.0:
             depth = t.depth if t is not None else node_tokens(node)
             value *= self.cost.miss_cost_per_token(depth, node_tokens(node), bool(getattr(node, "backuped", False)))
             value /= self.cost.linear_s
         frequency = self.read_rate(t) if ing.fallback and value == 0.0 and t is not None else 0.0
         return (1, value, frequency, node.last_access_time)
+
+    def _retired_key(self, node: CacheNode, t: NodeTags) -> tuple:
+        """The retired tier's order: with `retired_evidence`, generated output no prompt re-sent yet before
+        prompts (a later request that re-sends it reads the prompt above it too); LRU within."""
+        return (0, float(self.ingredients.retired_evidence and t.in_prompt), 0.0, node.last_access_time)
+
+    def _count_retired_reads(self, path: Sequence[Any], matched_tokens: int | None) -> None:
+        """Count the retired nodes a request read from cache, at its first tagging (once its prompt is in the
+        tree, where the server tags it before it finishes, or when it finishes): they are on its path, within
+        what it matched, and untouched by it yet. The next tagging finds them its own, so not retired."""
+        depth = 0
+        for node in path:
+            depth += node_tokens(node)
+            if matched_tokens is not None and depth > matched_tokens:
+                break
+            t = tags_of(node)
+            if t is not None and not t.fixed_agents and self.is_retired(t):
+                self.retired_reads.read(_latest_agents(t))
 
     def read_rate(self, t: NodeTags) -> float:
         """Reads per second since the node was written (what it has shown, for nodes no forecast values)."""
@@ -580,6 +622,62 @@ class ReuseEvidence:
         read, total, observations = counts[i : i + 3]
         weight = REUSE_PRIOR * total / observations  # the prior counts as REUSE_PRIOR of the agent's observations
         return (read + weight * prior) / (total + weight)
+
+
+class RetiredReads:
+    """How often cache that only ended workflows wrote is read again, per agent that wrote it: reads of
+    retired nodes (fixed prompts aside) per node retired. Agent workflows rarely read what another, ended,
+    workflow wrote (a fact that outranks an estimate: retired cache goes first); a chat's next turn, a
+    workflow of its own, reads its previous turn's. Each agent's share starts from all agents' with the
+    weight of REUSE_PRIOR nodes; bounded in agents (the least recently counted forgotten)."""
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[str, list[int]] = OrderedDict()  # agent -> [reads, nodes retired]
+        self._reads = self._retired = 0
+        # What share() answers from, as of the last freeze(): keys must not move between two of the policy's
+        # epochs unannounced.
+        self._shares: dict[str, float] = {}
+        self._prior = 0.0
+        self._frozen_retired = 0
+
+    def read(self, agents: Iterable[str]) -> None:
+        self._reads += 1
+        for agent in agents:
+            self._count(agent)[0] += 1
+
+    def retired(self, agents: Iterable[str]) -> None:
+        self._retired += 1
+        for agent in agents:
+            self._count(agent)[1] += 1
+
+    def _count(self, agent: str) -> list[int]:
+        counts = self._counts.get(agent)
+        if counts is None:
+            counts = self._counts[agent] = [0, 0]
+            if len(self._counts) > MAX_REUSE_AGENTS:
+                self._counts.popitem(last=False)
+        else:
+            self._counts.move_to_end(agent)
+        return counts
+
+    def freeze(self) -> None:
+        prior = self._prior = self._reads / self._retired if self._retired else 0.0
+        self._shares = {a: (r + REUSE_PRIOR * prior) / (n + REUSE_PRIOR) for a, (r, n) in self._counts.items()}
+        self._frozen_retired = self._retired
+
+    def doubled(self) -> bool:
+        """Whether the nodes retired doubled since the last freeze (early on, evidence is worth freezing often)."""
+        return self._retired > 2 * self._frozen_retired
+
+    def share(self, agents: Iterable[str]) -> float:
+        """Reads per node retired of the agents' retired cache (the most any of them has)."""
+        shares, prior = self._shares, self._prior
+        return max((shares.get(a, prior) for a in agents), default=prior)
+
+
+def _latest_agents(t: NodeTags) -> Iterable[str]:
+    """The agents of the workflow that touched `t` last."""
+    return next(reversed(t.workflows.values()), ())
 
 
 def _moved(old: float | None, new: float | None) -> bool:
