@@ -522,7 +522,12 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--policy", default=DEFAULT_POLICIES, help="comma-separated (default %(default)s)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
-    p.add_argument("--workflows", type=int, help="use the trace's first N workflows (default: all)")
+    p.add_argument(
+        "--workflows",
+        type=int,
+        help=f"use the trace's first N workflows (default: all), or generate N (default {BENCH_WORKFLOWS}; plain chat: "
+        "N conversations, each turn a workflow of its own)",
+    )
     p.add_argument(
         "--capacity", type=int, help=f"server KV capacity in tokens (default: {CAPACITY_FACTOR}x the mean prompt)"
     )
@@ -576,13 +581,12 @@ def _run_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
     if args.trace:
         try:
-            trace = read_trace(args.trace)
+            trace = first_workflows(read_trace(args.trace), args.workflows)
         except (TraceError, OSError) as exc:
             raise UsageError(str(exc)) from None
-    else:
+    else:  # `--workflows` of the family's (plain chat: conversations, each turn a workflow of its own)
         family = args.family or BENCH_FAMILY
         trace = generate(family, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))
-    trace = first_workflows(trace, args.workflows)
     if not trace.requests:
         raise UsageError(f"{args.trace}: no requests to send")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-bench-")

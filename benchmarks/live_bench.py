@@ -21,7 +21,7 @@ import sys
 from suite import DOCS, write_between_markers
 
 ROOT = DOCS.parent
-BUILTINS = ("lfu", "slru")
+BUILTINS = ("lfu", "slru", "priority")  # SGLang strategies a run may include (--policy)
 
 
 def ratio(summary: dict, policy: str, base: str, metric: str) -> list[float]:
@@ -49,7 +49,7 @@ def table(summary: dict) -> list[str]:
 
 
 def verdicts(summary: dict) -> list[str]:
-    """pbkv against lru and against the best of lfu/slru by hit rate, as medians of per-repetition ratios."""
+    """pbkv against lru and against the best built-in the run has by hit rate, as medians of per-repetition ratios."""
     builtins = [b for b in BUILTINS if b in summary]
     bases = ["lru"] + ([max(builtins, key=lambda b: summary[b]["hit_rate"])] if builtins else [])
     lines = []
@@ -113,8 +113,8 @@ def write_pages(summary: dict, extra: list[str]) -> None:
         "",
         "Each policy and repetition gets a fresh server (the bundled SGLang 0.5.23 in CPU dev mode, a",
         "small random-weight model), warmed up with requests that share nothing with the workload; policies",
-        "run in alternating order; figures are medians over repetitions with [min-max]. lru, lfu and slru",
-        "are plain SGLang started with `--radix-eviction-policy`; pbkv is the plugin. Prompt tokens",
+        "run in alternating order; figures are medians over repetitions with [min-max]. SGLang's strategies",
+        "(lru, lfu, slru, priority) are plain SGLang started with `--radix-eviction-policy`; pbkv is the plugin. Prompt tokens",
         "computed and hit rate come from the server's own usage report per request; time to first token",
         "is measured on the streamed answer; completion is the whole run, first request to last answer.",
         "Ratios are pbkv's figure over the other's, per repetition (runs of one repetition ran next to",

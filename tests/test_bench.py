@@ -78,3 +78,23 @@ def test_bench_servers_run_one_engine_thread_on_cpu():
         opts = serve_options(PolicySpec.parse(policy), BenchOptions(cpu=True), 8000, "run")
         _, env = sglang_command(opts, "/models/m")
         assert env["OMP_NUM_THREADS"] == str(ENGINE_CPU_THREADS) == "1"
+
+
+def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch, capsys):
+    """`--workflows N` generates N conversations; the cut to a trace's first N workflows is for trace files only
+    (a chat's turns are workflows of their own: the cut kept N single turns)."""
+    import agentcache.bench
+    from agentcache.cli import BENCH_SEED
+
+    sent = []
+
+    def capture(trace, *args, **kwargs):
+        sent.append(trace)
+        raise agentcache.bench.BenchError("captured")
+
+    monkeypatch.setattr(agentcache.bench, "bench_trace", capture)
+    assert main(["bench", "--family", "chat", "--workflows", "3", "--port", "1"]) == 2
+    (trace,) = sent
+    conversations = {r.workflow.rsplit("-", 1)[0] for r in trace.requests}
+    assert len(conversations) == 3
+    assert len(trace.requests) == len(generate("chat", GenConfig(workflows=3, seed=BENCH_SEED)).requests) > 3
