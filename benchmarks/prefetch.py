@@ -58,7 +58,8 @@ def main() -> None:
         "",
         "Command: `python benchmarks/prefetch.py`. Each family: "
         f"{WORKFLOWS} workflows, device capacity 4x the mean prompt, a HiCache host tier twice that.",
-        "Modelled latency (s, [cost model](../agentcache/cost.py)) and, in brackets, device hit rate;",
+        "Modelled GPU time (s: the cost model's per-request costs summed, [cost model](../agentcache/cost.py)) and, in brackets,",
+        "device hit rate;",
         "`loaded`: prompt tokens reloaded from host at request time; `prefetched / used`: tokens a prefetch",
         "loaded, and how many of them a request then read.",
         "",
@@ -85,7 +86,7 @@ def main() -> None:
     )
     lines += [
         "",
-        f"Conservative prefetch vs none, smallest latency saving over every family and lambda: {worst:+.2f} s.",
+        f"Conservative prefetch vs none, smallest GPU time saved over every family and lambda: {worst:+.2f} s.",
         "",
     ]
     (DOCS / "prefetch.md").write_text("\n".join(lines))
@@ -112,7 +113,7 @@ def _plot(records: list[dict], families: list[str]) -> None:
             ax.plot(LAMBDAS, ys, style, label=variant)
         ax.set_title(family)
         ax.set_xlabel("forecast noise lambda")
-        ax.set_ylabel("modelled latency (s)")
+        ax.set_ylabel("modelled GPU time (s)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()

@@ -218,6 +218,12 @@ def test_pbkv_ranks_a_turn_that_forecasts_its_end_with_retired_cache_when_later_
     without, *_, answer_without = chat("pbkv/-retired-evidence")
     assert without.priority(answer_without)[0] == 1  # the estimate (END) outranked the evidence
 
+    # An agent with no evidence of its own keeps the paper's rule, however often others re-read theirs.
+    newcomer = Node("coder_history")
+    serve(policy, [Node("sys_coder"), newcomer], "w-coder", "coder", 500.0, 0, 1)
+    assert policy.retired_reads.share(["coder"]) == 0.0
+    assert policy.priority(newcomer)[0] == 1
+
     agents = make_policy("pbkv")
     t = 0.0
     for i in range(40):  # agent workflows: nobody reads what an ended workflow wrote

@@ -628,20 +628,19 @@ class RetiredReads:
     """How often cache that only ended workflows wrote is read again, per agent that wrote it: reads of
     retired nodes (fixed prompts aside) per node retired. Agent workflows rarely read what another, ended,
     workflow wrote (a fact that outranks an estimate: retired cache goes first); a chat's next turn, a
-    workflow of its own, reads its previous turn's. Each agent's share starts from all agents' with the
-    weight of REUSE_PRIOR nodes; bounded in agents (the least recently counted forgotten)."""
+    workflow of its own, reads its previous turn's. An agent's share starts at 0, as if REUSE_PRIOR of its
+    nodes had been retired and never read (no evidence: the paper's rule holds); bounded in agents (the
+    least recently counted forgotten)."""
 
     def __init__(self) -> None:
         self._counts: OrderedDict[str, list[int]] = OrderedDict()  # agent -> [reads, nodes retired]
-        self._reads = self._retired = 0
+        self._retired = 0
         # What share() answers from, as of the last freeze(): keys must not move between two of the policy's
         # epochs unannounced.
         self._shares: dict[str, float] = {}
-        self._prior = 0.0
         self._frozen_retired = 0
 
     def read(self, agents: Iterable[str]) -> None:
-        self._reads += 1
         for agent in agents:
             self._count(agent)[0] += 1
 
@@ -661,8 +660,7 @@ class RetiredReads:
         return counts
 
     def freeze(self) -> None:
-        prior = self._prior = self._reads / self._retired if self._retired else 0.0
-        self._shares = {a: (r + REUSE_PRIOR * prior) / (n + REUSE_PRIOR) for a, (r, n) in self._counts.items()}
+        self._shares = {a: r / (n + REUSE_PRIOR) for a, (r, n) in self._counts.items() if r}
         self._frozen_retired = self._retired
 
     def doubled(self) -> bool:
@@ -671,8 +669,8 @@ class RetiredReads:
 
     def share(self, agents: Iterable[str]) -> float:
         """Reads per node retired of the agents' retired cache (the most any of them has)."""
-        shares, prior = self._shares, self._prior
-        return max((shares.get(a, prior) for a in agents), default=prior)
+        shares = self._shares
+        return max((shares.get(a, 0.0) for a in agents), default=0.0)
 
 
 def _latest_agents(t: NodeTags) -> Iterable[str]:

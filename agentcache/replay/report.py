@@ -22,7 +22,7 @@ def print_table(results: Sequence[ReplayResult], title: str = "", console: Conso
         "hit rate",
         "gap closed",
         "recomputed tokens",
-        "modelled latency (s)",
+        "modelled GPU time (s)",
         "vs lru",
     ):
         table.add_column(column, justify="left" if column == "policy" else "right")
@@ -43,7 +43,7 @@ def print_table(results: Sequence[ReplayResult], title: str = "", console: Conso
 
 
 def markdown_table(results: Sequence[ReplayResult]) -> str:
-    lines = ["| capacity | policy | hit rate | gap closed | modelled latency (s) |", "|---:|---|---:|---:|---:|"]
+    lines = ["| capacity | policy | hit rate | gap closed | modelled GPU time (s) |", "|---:|---|---:|---:|---:|"]
     for r in results:
         lines.append(f"| {r.capacity} | {r.policy} | {r.hit_rate:.1%} | {_gap(r)} | {r.modelled_latency_s:,.1f} |")
     return "\n".join(lines)
