@@ -581,9 +581,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
     if args.trace:
         try:
-            trace = first_workflows(read_trace(args.trace), args.workflows)
+            trace = read_trace(args.trace)
         except (TraceError, OSError) as exc:
             raise UsageError(str(exc)) from None
+        trace = first_workflows(trace, args.workflows)
     else:  # `--workflows` of the family's (plain chat: conversations, each turn a workflow of its own)
         family = args.family or BENCH_FAMILY
         trace = generate(family, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))

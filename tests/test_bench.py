@@ -80,7 +80,7 @@ def test_bench_servers_run_one_engine_thread_on_cpu():
         assert env["OMP_NUM_THREADS"] == str(ENGINE_CPU_THREADS) == "1"
 
 
-def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch, capsys):
+def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):
     """`--workflows N` generates N conversations; the cut to a trace's first N workflows is for trace files only
     (a chat's turns are workflows of their own: the cut kept N single turns)."""
     import agentcache.bench

@@ -143,6 +143,24 @@ def test_pbkv_paper_score_is_the_formula():
     assert eviction_order(policy, [shared, hc, hb, retired]) == ["retired", "hist_b", "hist_c", "shared"]
 
 
+def test_pbkv_evicts_ended_workflows_output_no_prompt_resent_before_their_prompts():
+    policy = make_policy("pbkv")
+    prompt1, out1, prompt2, out2 = Node("prompt1"), Node("out1"), Node("prompt2"), Node("out2")
+    for workflow, path, now in (("w1", [prompt1, out1], 0), ("w2", [prompt2, out2], 1)):
+        tags = Tags(workflow=workflow, agent="assistant")
+        policy.on_request(tags, now)
+        for node in path:
+            node.last_access_time = next(_clock)
+        policy.tag_path(path, tags, now, 0, prompt_tokens=10)  # the second node is the answer
+        policy.on_end(WorkflowKey("", workflow), now + 0.5)
+    # Retired either way; the answers first (oldest first), as SGLang's priority policy would, then the prompts.
+    assert eviction_order(policy, [prompt1, out1, prompt2, out2]) == ["out1", "out2", "prompt1", "prompt2"]
+    # The conversation goes on: its next turn re-sends the answer, which is prompt from then on.
+    touch(policy, [prompt1, out1], "w3", "assistant", 2, matched=20)
+    policy.on_end(WorkflowKey("", "w3"), 2.5)
+    assert eviction_order(policy, [prompt1, out1, prompt2, out2]) == ["out2", "prompt2", "prompt1", "out1"]
+
+
 def test_pbkv_values_fixed_prompts_by_every_active_workflow():
     forecast = {"planner": [{"coder": 1.0}, {"tester": 1.0}], "coder": [{"tester": 1.0}, {END: 1.0}]}
     only_fixed = Ingredients(arrivals=False, timing=False, evidence=False, fallback=False)

@@ -310,7 +310,7 @@ class CachePolicy(ABC):
         if t is None or not t.workflows:
             return t is not None
         is_active = self.registry.is_active
-        return not any(is_active(w) for w in t.workflows)
+        return not any(is_active(w) for w in reversed(t.workflows))  # most recent last: the likeliest active
 
     def classify(self, node: CacheNode) -> str:
         t = tags_of(node)

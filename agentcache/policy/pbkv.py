@@ -122,7 +122,7 @@ MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
 PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
 MAX_REUSE_AGENTS = 1024  # agents whose reuse of their own fresh cache is tracked
-REUSE_PRIOR = 2.0  # an agent's estimate starts from all agents' with this weight (in observations)
+REUSE_PRIOR = 2.0  # the weight (in observations) an agent's reuse and retired-read estimates give their prior
 
 PAPER = Ingredients(
     retired_evidence=False,
@@ -241,7 +241,7 @@ class PBKVPolicy(CachePolicy):
         prompt_tokens: int | None = None,
     ) -> None:
         if self.ingredients.retired_evidence:
-            self._count_retired_reads(path, matched_tokens)
+            self._count_retired_reads(path, tags.key, matched_tokens)
         if matched_tokens is not None:
             previous = self.latest.get(tags.key, {}).get(tags.identity)
             if previous is not None:
@@ -524,7 +524,7 @@ class PBKVPolicy(CachePolicy):
         prompts (a later request that re-sends it reads the prompt above it too); LRU within."""
         return (0, float(self.ingredients.retired_evidence and t.in_prompt), 0.0, node.last_access_time)
 
-    def _count_retired_reads(self, path: Sequence[Any], matched_tokens: int | None) -> None:
+    def _count_retired_reads(self, path: Sequence[Any], workflow: WorkflowKey, matched_tokens: int | None) -> None:
         """Count the retired nodes a request read from cache, at its first tagging (once its prompt is in the
         tree, where the server tags it before it finishes, or when it finishes): they are on its path, within
         what it matched, and untouched by it yet. The next tagging finds them its own, so not retired."""
@@ -534,7 +534,9 @@ class PBKVPolicy(CachePolicy):
             if matched_tokens is not None and depth > matched_tokens:
                 break
             t = tags_of(node)
-            if t is not None and not t.fixed_agents and self.is_retired(t):
+            # A node the (active) workflow touched already is its own, not retired: the finish after a
+            # checkpoint skips the whole path at one lookup per node.
+            if t is not None and workflow not in t.workflows and not t.fixed_agents and self.is_retired(t):
                 self.retired_reads.read(_latest_agents(t))
 
     def read_rate(self, t: NodeTags) -> float:
