@@ -16,8 +16,10 @@ docs/img/overhead.png.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import platform
+import pstats
 import statistics
 import time
 
@@ -55,6 +57,17 @@ def mean_in_flight(trace: Trace) -> float:
     start = min(s for s, _ in spans.values())
     stop = max(t for _, t in spans.values())
     return sum(t - s for s, t in spans.values()) / (stop - start) if stop > start else float(len(spans))
+
+
+def count_calls(prepared: PreparedTrace, policy: str, capacity: int) -> int:
+    """Python function calls (cProfile's count: deterministic, unlike wall time on a shared machine) in one replay."""
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        replay_policy(prepared, policy, capacity)
+    finally:
+        profile.disable()
+    return pstats.Stats(profile).total_calls
 
 
 def count_keys(prepared: PreparedTrace, capacity: int) -> tuple[int, int]:
@@ -129,7 +142,7 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
     rows = []
     order = list(POLICIES)
     with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("overhead grid", total=len(in_flights) * len(capacities) * (repeat * 3 + 1))
+        task = progress.add_task("overhead grid", total=len(in_flights) * len(capacities) * (repeat * 3 + 3))
         for in_flight in in_flights:
             trace = workload(in_flight)
             prepared = PreparedTrace(trace)
@@ -146,6 +159,10 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                     order = order[1:] + order[:1]  # a different policy first in each repetition
                 asked, computed = count_keys(prepared, capacity)
                 progress.advance(task)
+                calls = {}
+                for policy in ("lfu", "pbkv"):
+                    calls[policy] = count_calls(prepared, policy, capacity) / len(prepared.encoded)
+                    progress.advance(task)
                 row = {
                     "in_flight": in_flight,
                     "measured_in_flight": round(concurrency, 1),
@@ -156,6 +173,7 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                     "hit_rate": hit,
                     "pbkv_keys_asked_per_request": asked / len(prepared.encoded),
                     "pbkv_keys_computed_per_request": computed / len(prepared.encoded),
+                    "python_calls_per_request": calls,
                 }
                 row["pbkv_over_lfu"] = row["ms_per_request"]["pbkv"] / row["ms_per_request"]["lfu"]
                 rows.append(row)
@@ -197,11 +215,14 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         f"median of {repeat} runs per policy, the policies in rotating order, min-max in brackets.",
         "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
         "the ones it had to compute (the rest were kept on the node). SGLang's own lfu asks for the key",
-        "of every evictable leaf at every eviction round instead.",
+        "of every evictable leaf at every eviction round instead. `Python calls`: the function calls",
+        "cProfile counts in one more replay per policy, per request: a count of the work done on the",
+        "scheduler's thread that, unlike the times, does not move with what else the machine runs.",
         "",
         "| in flight (measured) | capacity | requests | lru ms/request | lfu ms/request | pbkv ms/request "
-        "| pbkv / lfu | pbkv keys asked / computed per request | hit rate lru / lfu / pbkv |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| pbkv / lfu | Python calls per request lfu / pbkv | pbkv keys asked / computed per request "
+        "| hit rate lru / lfu / pbkv |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         ms, spread, hit = r["ms_per_request"], r["ms_spread"], r["hit_rate"]
@@ -209,7 +230,9 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         lines.append(
             f"| {r['in_flight']} ({r['measured_in_flight']:.0f}) | {r['capacity']:,} | {r['requests']:,} | "
             + " | ".join(cells)
-            + f" | {r['pbkv_over_lfu']:.2f}x | {r['pbkv_keys_asked_per_request']:.1f} / "
+            + f" | {r['pbkv_over_lfu']:.2f}x"
+            + f" | {r['python_calls_per_request']['lfu']:,.0f} / {r['python_calls_per_request']['pbkv']:,.0f}"
+            + f" | {r['pbkv_keys_asked_per_request']:.1f} / "
             + f"{r['pbkv_keys_computed_per_request']:.1f} | "
             + " / ".join(f"{hit[p]:.3f}" for p in POLICIES)
             + " |"
@@ -243,6 +266,9 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "calls again) is refreshed every 16 requests or every eighth of the open workflows, whichever is",
         "more, so a refresh costs a bounded amount per request however many workflows are open or were",
         "ever seen (`tests/test_policies.py::test_policy_work_per_request_does_not_grow_with_retired_workflows`).",
+        "Workflows at the same point share one forecast and read it once (its discounted values and next-step",
+        "probabilities), the guard checks each forecast object once, and a fixed prompt's key is its agents'",
+        "demand alone unless some request read it past its own fixed prompt.",
         "",
     ]
     (DOCS / "overhead.md").write_text("\n".join(lines))

@@ -40,7 +40,10 @@ class Predictor(ABC):
 
     @abstractmethod
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
-        """K rows for a workflow whose requests so far came from the agents in `path` (oldest first)."""
+        """K rows for a workflow whose requests so far came from the agents in `path` (oldest first).
+
+        The rows are not changed once returned: callers keep them, and may return the same rows again
+        for another workflow at the same point (GuardedPredictor checks each rows object once)."""
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         """Learn online that a workflow at `path` went on to `next_agent` (END when it finished)."""

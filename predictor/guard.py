@@ -20,6 +20,7 @@ from agentcache.predictor.base import AgentCoverage, Forecast, Predictor
 from agentcache.predictor.markov import MarkovPredictor
 
 TOLERANCE = 1e-3
+MAX_CHECKED = 1024  # forecasts remembered as checked (predictors keep theirs per context and return them again)
 
 
 def is_forecast(rows: object, horizon: int) -> bool:
@@ -47,6 +48,7 @@ class GuardedPredictor(Predictor):
         self.name = getattr(inner, "name", "predictor")
         self.faults: Counter[str] = Counter()  # error, invalid, overrun
         self.coverage = AgentCoverage(self.name, inner.source or f"the online {self.name} forecaster")
+        self._checked: dict[int, Forecast] = {}  # id -> the forecast itself (kept: its id stays its own)
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
         self.coverage.count(self.inner, path[-1] if path else None)
@@ -59,9 +61,13 @@ class GuardedPredictor(Predictor):
         if self.budget_ms is not None and (time.perf_counter() - started) * 1000.0 > self.budget_ms:
             self.faults["overrun"] += 1
             return self.fallback.predict(path, hidden)
-        if not is_forecast(rows, self.horizon):
-            self.faults["invalid"] += 1
-            return self.fallback.predict(path, hidden)
+        if self._checked.get(id(rows)) is not rows:
+            if not is_forecast(rows, self.horizon):
+                self.faults["invalid"] += 1
+                return self.fallback.predict(path, hidden)
+            if len(self._checked) >= MAX_CHECKED:
+                self._checked.clear()
+            self._checked[id(rows)] = rows
         return rows
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:

@@ -65,6 +65,7 @@ class MarkovPredictor(Predictor):
         self.outcomes: dict[str, None] = {END: None}
         self._agents_by_recency: OrderedDict[str, None] = OrderedDict()  # least recently observed first
         self._row_cache: dict[tuple[str, ...], dict[str, float]] = {}
+        self._successor_cache: dict[tuple[str, ...], list[tuple[str, float, tuple[str, ...] | None]]] = {}
 
     def _context(self, path: Sequence[str]) -> tuple[str, ...]:
         return ((START,) + tuple(path[-self.order :]))[-self.order :]
@@ -78,18 +79,21 @@ class MarkovPredictor(Predictor):
             self._agents_by_recency[next_agent] = None
             self._agents_by_recency.move_to_end(next_agent)
         context = self._context(path)
+        counts = self.counts
         for n in range(0, len(context) + 1):
             key = context[len(context) - n :]
-            row = self.counts.get(key)
+            row = counts.get(key)
             if row is None:
-                row = self.counts[key] = defaultdict(float)
-            self.counts.move_to_end(key)
+                row = counts[key] = defaultdict(float)
+            counts.move_to_end(key)
             row[next_agent] += 1.0
-        self._forget_beyond_caps()
+        if len(self._agents_by_recency) > self.max_agents or len(counts) > self.max_contexts:
+            self._forget_beyond_caps()
         self._since_refresh += 1
         if new_outcome or self._since_refresh >= self.refresh_every:
             self._since_refresh = 0
             self._row_cache.clear()
+            self._successor_cache.clear()
             self._forecasts.clear()
 
     def _forget_beyond_caps(self) -> None:
@@ -125,6 +129,17 @@ class MarkovPredictor(Predictor):
         self._row_cache[key] = dist
         return dist
 
+    def _successors(self, context: tuple[str, ...]) -> list[tuple[str, float, tuple[str, ...] | None]]:
+        """(agent, P(agent | context), the context after it; None after END), kept until the next refresh."""
+        successors = self._successor_cache.get(context)
+        if successors is None:
+            order = self.order
+            successors = self._successor_cache[context] = [
+                (agent, q, None if agent == END else (context + (agent,))[-order:])
+                for agent, q in self.next_distribution(context).items()
+            ]
+        return successors
+
     def _smoothed(self, counts: dict[str, float], prior: dict[str, float] | None) -> dict[str, float]:
         outcomes = self.outcomes
         total = sum(counts.values())
@@ -132,7 +147,9 @@ class MarkovPredictor(Predictor):
         if prior is None:
             prior = {o: 1.0 / len(outcomes) for o in outcomes}
         denom = total + alpha
-        return {o: (counts.get(o, 0.0) + alpha * prior.get(o, 0.0)) / denom for o in outcomes}
+        count = counts.get
+        # A prior is a row over the same outcomes (rows are rebuilt whenever an outcome comes or goes).
+        return {o: (count(o, 0.0) + alpha * p) / denom for o, p in prior.items()}
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
         context = self._context(path)
@@ -148,19 +165,24 @@ class MarkovPredictor(Predictor):
         states: dict[tuple[str, ...], float] = {context: 1.0}
         ended = 0.0
         rows: Forecast = []
-        for _ in range(self.horizon):
+        for step in range(self.horizon):
+            last = step == self.horizon - 1  # where the chain goes after the last row is never read
             row: dict[str, float] = defaultdict(float)
             row[END] = ended
             nxt: dict[tuple[str, ...], float] = defaultdict(float)
             for context, p in states.items():
-                for agent, q in self.next_distribution(context).items():
+                for agent, q, successor in self._successors(context):
                     pq = p * q
                     row[agent] += pq
-                    if agent == END:
+                    if last:
+                        continue
+                    if successor is None:
                         ended += pq
                     else:
-                        nxt[(context + (agent,))[-self.order :]] += pq
+                        nxt[successor] += pq
             rows.append(dict(row))
+            if last:
+                break
             states = {}
             for context, p in nxt.items():
                 key = context if p >= self.PRUNE or len(context) == 1 else context[-1:]

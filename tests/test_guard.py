@@ -65,3 +65,27 @@ def test_pbkv_keeps_ranking_with_a_broken_predictor():
         policy.tag_path([node], tags, float(i), 0)
     assert policy.priority(node)[0] == 1 and policy.predictor.faults["error"] > 0
     assert isinstance(policy.predictor.fallback, MarkovPredictor)
+
+
+def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always(monkeypatch):
+    import agentcache.predictor.guard as guard_module
+
+    class Kept(Predictor):  # keeps its forecast per context, as the online Markov does
+        def __init__(self):
+            super().__init__(horizon=2)
+            self.rows = [{"a": 0.5, END: 0.5}, {END: 1.0}]
+
+        def predict(self, path, hidden=None):
+            return self.rows
+
+    checked = []
+    monkeypatch.setattr(
+        guard_module, "is_forecast", lambda rows, horizon: checked.append(rows) or is_forecast(rows, horizon)
+    )
+    inner = Kept()
+    guard = GuardedPredictor(inner, budget_ms=None)
+    for _ in range(5):
+        assert guard.predict(["x"]) is inner.rows
+    assert len(checked) == 1
+    inner.rows = [{"a": math.nan, END: 1.0}, {END: 1.0}]  # a new object: checked, and caught
+    assert guard.predict(["x"]) == guard.fallback.predict(["x"]) and guard.faults["invalid"] == 1

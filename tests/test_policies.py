@@ -8,6 +8,7 @@ same policies inside SGLang's real cache.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import count
 
 import pytest
@@ -141,6 +142,19 @@ def test_pbkv_paper_score_is_the_formula():
     assert policy.score(hc) == pytest.approx(1.0)
     assert policy.score(shared) == pytest.approx(0.7 + 1.0)  # summed over workflows (w1 as b, w2 as c)
     assert eviction_order(policy, [shared, hc, hb, retired]) == ["retired", "hist_b", "hist_c", "shared"]
+
+
+def test_pbkv_values_a_fixed_prompt_node_that_another_agent_reads_past_its_own_fixed_prompt():
+    # `shared` is all of a's fixed prompt; b, whose fixed prompt is shorter, reads the same tokens as context.
+    forecast = {"a": [{END: 1.0}, {END: 1.0}], "b": [{"b": 1.0}, {END: 1.0}]}
+    policy = PBKVPolicy(
+        predictor=FixedForecast(forecast), gamma=0.5, ingredients=replace(PAPER, fixed_by_forecast=True)
+    )
+    shared, tail = Node("shared"), Node("tail")
+    touch(policy, [shared], "w1", "a", 0, fixed_tokens=10)
+    assert policy.score(shared) == 0.0  # a's demand: w1 ends after a
+    touch(policy, [shared, tail], "w2", "b", 1)
+    assert policy.score(shared) == pytest.approx(1.0)  # b's workflow reads it again next step, past b's fixed prompt
 
 
 def test_pbkv_evicts_ended_workflows_output_no_prompt_resent_before_their_prompts():

@@ -50,6 +50,8 @@ class NodeTags:
     # request that last did (which tells whether c is on the pair's latest path, see CachePolicy.latest)
     workflows: dict[WorkflowKey, dict[str, int]] = field(default_factory=dict)
     fixed_agents: set[str] = field(default_factory=set)  # agents whose fixed prompt covers c
+    # Some request touched c past its fixed prompt (else every agent in `workflows` is in `fixed_agents`).
+    past_fixed: bool = False
     last_access: float = 0.0  # policy clock (seconds) at the last touch
     hits: int = 0  # requests that reused c from cache
     depth: int = 0  # tokens from the root to the end of c
@@ -65,6 +67,7 @@ class NodeTags:
         return NodeTags(
             workflows={w: dict(a) for w, a in self.workflows.items()},
             fixed_agents=set(self.fixed_agents),
+            past_fixed=self.past_fixed,
             last_access=self.last_access,
             hits=self.hits,
             depth=self.depth,
@@ -218,6 +221,8 @@ class CachePolicy(ABC):
             t.workflows[workflow] = agents
             if depth <= fixed:
                 t.fixed_agents.add(agent)
+            else:
+                t.past_fixed = True
             if finished and depth <= matched:
                 t.hits += 1
             if prompt_tokens is None or depth <= prompt_tokens:

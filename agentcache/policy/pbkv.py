@@ -62,13 +62,14 @@ switchable ingredients (see docs/policy.md for what each one is worth):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy.base import (
     CONTEXT,
+    FORGOTTEN,
     FRESH,
     MAX_TRACKED_AGENTS,
     OUTPUT,
@@ -118,6 +119,7 @@ REFRESH_EVERY = 16
 REFRESH_SHARE = 8
 CHANGE = 0.01
 EPOCH_REFRESHES = 8
+MAX_READ_FORECASTS = 1024  # forecasts whose values are kept for the next workflow at the same point
 MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
 PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
@@ -170,8 +172,11 @@ class PBKVPolicy(CachePolicy):
         self.arrival_gap = 0.0  # EWMA of the time between new workflows (1 / lambda)
         self._last_start: float | None = None
         self._now = 0.0
-        self._values: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> v_w(a), refreshed on its transitions
-        self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching
+        # workflow -> v_w(a), refreshed on its transitions; workflows at the same point share one (read-only)
+        self._values: dict[WorkflowKey, dict[str, float]] = {}
+        self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching (shared)
+        # id(rows) -> (rows, their v(a), their P^(1)(a)): each forecast read once (kept, so its id stays its own)
+        self._read_forecasts: dict[int, tuple[list[dict[str, float]], dict[str, float], dict[str, float]]] = {}
         # workflow -> timing weight phi_w as its nodes' keys read it: the current one, kept until that moved by
         # more than CHANGE. Keys read only these, _keyed_demand and the reuse shares frozen at the epoch's
         # start, so a key changes only where its node is invalidated, and grows where one of these grew.
@@ -240,28 +245,31 @@ class PBKVPolicy(CachePolicy):
         matched_tokens: int | None,
         prompt_tokens: int | None = None,
     ) -> None:
+        workflow, agent = tags.key, tags.identity
         if self.ingredients.retired_evidence:
-            self._count_retired_reads(path, tags.key, matched_tokens)
+            self._count_retired_reads(path, workflow, matched_tokens)
         if matched_tokens is not None:
-            previous = self.latest.get(tags.key, {}).get(tags.identity)
+            previous = self.latest.get(workflow, {}).get(agent)
             if previous is not None:
-                self.reuse.observe(tags.identity, previous, path, matched_tokens)
+                self.reuse.observe(agent, previous, path, matched_tokens)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
         self.on_admit(tags)  # served, in case its admission went unreported
-        workflow, agent = tags.key, tags.identity
         # The pair's current path moved: the nodes of its old one lose the pair's value.
         self._invalidate(self._nodes_of.get(workflow))
         active = self.registry.is_active(workflow)
         mine = self._nodes_of.setdefault(workflow, {}) if active else None
+        forget_key, fixed_nodes = self.forget_key, None
         for node in path:
-            t = tags_of(node)
+            t = getattr(node, TAGS_ATTR, None)
             if t is None:
                 continue
-            self.forget_key(t)
+            forget_key(t)
             if mine is not None:
                 mine[id(t)] = t
             if agent in t.fixed_agents:
-                self._fixed_node(agent)[id(t)] = t
+                if fixed_nodes is None:
+                    fixed_nodes = self._fixed_node(agent)
+                fixed_nodes[id(t)] = t
 
     def adopt(self, tags: NodeTags) -> None:
         for workflow in tags.workflows:
@@ -282,8 +290,14 @@ class PBKVPolicy(CachePolicy):
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.predictor.observe(state.path[:-1], state.agent)
         rows = self.predictor.predict(state.path)
-        self._values[state.id] = self.discounted(rows)
-        self._next[state.id] = {a: p for a, p in rows[0].items() if a != END and p > 0.0}
+        # Workflows at the same point get the same rows (until the predictor refreshes): read them once.
+        read = self._read_forecasts.get(id(rows))
+        if read is None or read[0] is not rows:
+            if len(self._read_forecasts) >= MAX_READ_FORECASTS:
+                self._read_forecasts.clear()
+            next_agents = {a: p for a, p in rows[0].items() if a != END and p > 0.0}
+            read = self._read_forecasts[id(rows)] = (rows, self.discounted(rows), next_agents)
+        self._values[state.id], self._next[state.id] = read[1], read[2]
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         self.predictor.observe(state.path, END)
@@ -352,15 +366,30 @@ class PBKVPolicy(CachePolicy):
 
     def timing_weight(self, state: WorkflowState) -> float:
         """gamma^(residual / g): step discounting continued into the time before w's next request."""
+        return self._weigher()(state)
+
+    def _weigher(self) -> Callable[[WorkflowState], float]:
+        """timing_weight at the current time, for one workflow or for every one a refresh visits."""
         step_gap = self.gaps.mean
         if not self.ingredients.timing or step_gap <= 0.0:
-            return 1.0
-        # What follows an agent's call (a tool run, or none) shapes the wait: use that agent's gaps when
-        # there are enough of them.
-        gaps = self.gaps_after.get(state.agent) if state.agent is not None else None
-        if gaps is None or gaps.count < MIN_AGENT_GAPS:
-            gaps = self.gaps
-        return self.gamma ** (gaps.residual(self._now - state.last_seen) / step_gap)
+            return lambda state: 1.0
+        gamma, now, everyone, after = self.gamma, self._now, self.gaps, self.gaps_after
+        chosen: dict[str | None, GapModel] = {}
+
+        def weight(state: WorkflowState) -> float:
+            # What follows an agent's call (a tool run, or none) shapes the wait: use that agent's gaps when
+            # there are enough of them.
+            path = state.path
+            agent = path[-1] if path else None
+            gaps = chosen.get(agent)
+            if gaps is None:
+                gaps = after.get(agent) if agent is not None else None
+                if gaps is None or gaps.count < MIN_AGENT_GAPS:
+                    gaps = everyone
+                chosen[agent] = gaps
+            return gamma ** (gaps.residual(now - state.last_seen) / step_gap)
+
+        return weight
 
     def _update(self, state: WorkflowState) -> None:
         """A workflow moved on (or its request was admitted): its weight, its part of the demand, its nodes."""
@@ -376,13 +405,17 @@ class PBKVPolicy(CachePolicy):
         demand = self._demand
         old = self._parts.pop(workflow, None) if part is None else self._parts.get(workflow)
         changed: set[str] = set()
+        # Where only the pending request changed (its admission), the forecast's terms stay as they are.
+        same_forecast = old is not None and part is not None and old[0] == part[0] and old[1] is part[1]
         for sign, entry in ((-1.0, old), (1.0, part)):
             if entry is None:
                 continue
             weight, values, waiting = entry
-            for agent, v in values.items():
-                demand[agent] = demand.get(agent, 0.0) + sign * weight * v
-                changed.add(agent)
+            if not same_forecast:
+                signed, get = sign * weight, demand.get
+                for agent, v in values.items():
+                    demand[agent] = get(agent, 0.0) + signed * v
+                changed.update(values)
             if waiting is not None:
                 demand[waiting] = demand.get(waiting, 0.0) + sign
                 changed.add(waiting)
@@ -390,8 +423,8 @@ class PBKVPolicy(CachePolicy):
             self._parts[workflow] = part
         keyed = self._keyed_demand
         for agent in changed:
-            now, then = demand.get(agent, 0.0), keyed.get(agent, 0.0)
-            if _moved(then, now):
+            now, then = demand[agent], keyed.get(agent, 0.0)
+            if abs(now - then) > CHANGE * max(abs(now), abs(then)):  # _moved, for two numbers
                 keyed[agent] = now
                 self._invalidate(self._fixed_nodes.get(agent), rising=now > then)
 
@@ -401,14 +434,15 @@ class PBKVPolicy(CachePolicy):
         if not nodes:
             return
         rising = rising and not self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced
+        forget_key = self.forget_key
         gone = []
         for key, t in nodes.items():
             if t.evicted:
                 gone.append(key)
-            else:
+            elif t.key_epoch != FORGOTTEN:  # else reported already since its key was last computed
                 # A key grows with its forecast value; one valued by its read rate alone (value 0) reads a
                 # rate that falls with time.
-                self.forget_key(t, rising and t.key is not None and t.key[1] > 0.0)
+                forget_key(t, rising and t.key is not None and t.key[1] > 0.0)
         for key in gone:
             del nodes[key]
 
@@ -430,18 +464,27 @@ class PBKVPolicy(CachePolicy):
         demand: dict[str, float] = dict(self._arrivals)
         # The most recently active workflows only: bounded work per refresh, however many workflows
         # hostile or forgetful clients leave open (the older ones are the least likely to call soon).
+        weigh, keyed_weights, nodes_of, values_of, pending = (
+            self._weigher(),
+            self._weights,
+            self._nodes_of,
+            self._values,
+            self._pending,
+        )
+        by_forecast = ingredients.fixed_by_forecast
         for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
-            weight = self.timing_weight(state)
-            keyed_weight = self._weights.get(state.id)
+            workflow = state.id
+            weight = weigh(state)
+            keyed_weight = keyed_weights.get(workflow)
             if _moved(keyed_weight, weight):
                 rising = keyed_weight is not None and weight > keyed_weight
-                self._invalidate(self._nodes_of.get(state.id), rising=rising)
+                self._invalidate(nodes_of.get(workflow), rising=rising)
                 keyed_weight = weight
-            weights[state.id] = keyed_weight
-            values = self._values.get(state.id, {})
-            waiting = self._pending.get(state.id)
-            parts[state.id] = (weight, values, waiting)
-            if ingredients.fixed_by_forecast:
+            weights[workflow] = keyed_weight
+            values = values_of.get(workflow, {})
+            waiting = pending.get(workflow)
+            parts[workflow] = (weight, values, waiting)
+            if by_forecast:
                 for agent, v in values.items():
                     demand[agent] = demand.get(agent, 0.0) + weight * v
                 if waiting is not None:
@@ -464,20 +507,28 @@ class PBKVPolicy(CachePolicy):
         t = t if t is not None else tags_of(node)
         if t is None:
             return 0.0
-        fixed = t.fixed_agents if self.ingredients.fixed_by_forecast else ()
+        ingredients = self.ingredients
+        fixed = t.fixed_agents if ingredients.fixed_by_forecast else ()
         total = sum(self._keyed_demand.get(agent, 0.0) for agent in fixed)
-        current_only = self.ingredients.current_paths
-        pending = self._pending
-        reuse = self.ingredients.reuse
+        if fixed and not t.past_fixed:  # every workflow's agents are among `fixed`: a shared prompt, no more
+            return total
+        current_only, reuse = ingredients.current_paths, ingredients.reuse
+        weights, values_of, pending, latest_of, share = (
+            self._weights,
+            self._values,
+            self._pending,
+            self.latest,
+            self.reuse.share,
+        )
         for workflow, agents in t.workflows.items():
             if fixed and agents.keys() <= fixed:  # valued by the demand above (a shared prompt: most workflows)
                 continue
-            weight = self._weights.get(workflow)
+            weight = weights.get(workflow)
             if weight is None:  # not active
                 continue
-            values = self._values.get(workflow)
+            values = values_of.get(workflow)
             waiting = pending.get(workflow)
-            latest = self.latest.get(workflow) or {}
+            latest = latest_of.get(workflow) or {}
             for a, stamp in agents.items():
                 if a in fixed:
                     continue
@@ -485,7 +536,7 @@ class PBKVPolicy(CachePolicy):
                 current = pair is not None and pair.stamp == stamp  # on the pair's latest path
                 if current_only and not current:
                     continue
-                read = self.reuse.share(a, pair.region(t.depth)) if reuse and current else 1.0
+                read = share(a, pair.region(t.depth)) if reuse and current else 1.0
                 if values:
                     total += weight * values.get(a, 0.0) * read
                 if a == waiting:
@@ -561,6 +612,7 @@ class ReuseEvidence:
         self._frozen_counts: dict[str, list[int]] = {}
         self._frozen_totals = [0] * 9
         self._observations = self._frozen_observations = 0
+        self._shares: dict[tuple[str, int], float] = {}  # share() as of the last freeze, as it was asked
 
     def observe(self, agent: str, previous: Latest, path: Sequence[Any], matched_tokens: int) -> None:
         """The agent's new request matched `matched_tokens` of `path`: how far along the previous request's
@@ -605,6 +657,7 @@ class ReuseEvidence:
         self._frozen_counts = {agent: list(counts) for agent, counts in self._counts.items()}
         self._frozen_totals = list(self._totals)
         self._frozen_observations = self._observations
+        self._shares = {}
 
     def doubled(self) -> bool:
         """Whether the observations doubled since the last freeze (early on, evidence is worth freezing often)."""
@@ -615,6 +668,13 @@ class ReuseEvidence:
         (1.0 for the fixed prompt: its value comes from every workflow's forecast, not this pair's)."""
         if part not in self.PARTS:
             return 1.0
+        key = (agent, part)
+        share = self._shares.get(key)  # every key the policy computes asks: answer each once per freeze
+        if share is None:
+            share = self._shares[key] = self._share(agent, part)
+        return share
+
+    def _share(self, agent: str, part: int) -> float:
         i = 3 * (part - CONTEXT)
         read, total, _ = self._frozen_totals[i : i + 3]
         prior = read / total if total else 0.5  # nothing seen yet: either way
@@ -672,6 +732,8 @@ class RetiredReads:
     def share(self, agents: Iterable[str]) -> float:
         """Reads per node retired of the agents' retired cache (the most any of them has)."""
         shares = self._shares
+        if not shares:  # no retired cache was ever read again: agent workflows
+            return 0.0
         return max((shares.get(a, 0.0) for a in agents), default=0.0)
 
 
