@@ -64,7 +64,10 @@ class ClusterError(RuntimeError):
 
 
 def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on `port` now. Like uvicorn and SGLang, it may reuse a port whose last
+    connections still wait out TIME_WAIT (a server that just stopped leaves some): only a listener blocks it."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -315,6 +315,26 @@ def test_a_cluster_is_checked_before_anything_starts():
         assert " ".join(flag) in " ".join(cmd)
 
 
+def test_a_port_a_server_just_left_is_free_and_one_a_server_listens_on_is_not():
+    import socket
+
+    from agentcache.server_ext.cluster import free_port, port_is_free
+
+    port = free_port()
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn and SGLang bind
+    server.bind(("127.0.0.1", port))
+    server.listen()
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    assert not port_is_free("127.0.0.1", port)
+    accepted.close()  # the server closes first, as one that stops does: its side waits out TIME_WAIT
+    client.close()
+    server.close()
+    # A restarted server could listen here again at once; a check that said "in use" would stop the cluster.
+    assert port_is_free("127.0.0.1", port)
+
+
 def test_the_slot_keys_are_placed_one_per_worker_or_the_cluster_fails(monkeypatch):
     from agentcache.server_ext import cluster as cluster_module
     from agentcache.server_ext.cluster import Cluster, ClusterError, routing_keys_active

@@ -49,7 +49,8 @@ def assert_all_gone(processes: list[psutil.Process], ports: list[int]) -> None:
     assert not alive, f"left running: {[p.pid for p in alive]}"
     from agentcache.server_ext.cluster import port_is_free
 
-    assert all(port_is_free("127.0.0.1", p) for p in ports), "a port is still taken"
+    taken = [p for p in ports if not port_is_free("127.0.0.1", p)]
+    assert not taken, f"ports still taken: {taken}"
 
 
 def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server():
