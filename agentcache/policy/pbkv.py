@@ -424,7 +424,7 @@ class PBKVPolicy(CachePolicy):
         keyed = self._keyed_demand
         for agent in changed:
             now, then = demand[agent], keyed.get(agent, 0.0)
-            if abs(now - then) > CHANGE * max(abs(now), abs(then)):  # _moved, for two numbers
+            if _moved(then, now):
                 keyed[agent] = now
                 self._invalidate(self._fixed_nodes.get(agent), rising=now > then)
 
