@@ -14,10 +14,11 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor.cli import register as add_predictor_commands
 
 console = Console(stderr=True)
-DEFAULT_PREDICTOR = "markov-n:3"  # pbkv's own default forecaster
+DEFAULT_PREDICTOR = f"markov-n:{DEFAULT_ORDER}"  # pbkv's own default forecaster
 REPLAY_POLICIES = "lru,lifecycle,kvflow,cachescout,pbkv,belady"
 
 
@@ -334,7 +335,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hicache", action="store_true", help="enable SGLang's host-memory tier (HiCache)")
     p.add_argument("--lease", type=float, help="seconds without a request before a workflow is retired")
     p.add_argument("--call-graph", help="JSON file with the static call graph (for kvflow)")
-    p.add_argument("--predictor", help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default markov-n:3)")
+    p.add_argument(
+        "--predictor", help=f"pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default {DEFAULT_PREDICTOR})"
+    )
     p.add_argument("--api-key", help="API key the server requires (also on the agentcache routes)")
     p.add_argument(
         "--workers",

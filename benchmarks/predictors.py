@@ -22,18 +22,24 @@ from rich.console import Console
 from rich.table import Table
 from suite import DOCS, GENERATED, mean_prompt
 
+from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor import Predictor, PredictorSpec
 from agentcache.predictor.training import Evaluation, TrainConfig, evaluate, train_neural, warm_up
 from agentcache.trace import Trace
 from agentcache.workloads import generate
 
 FAMILIES = ["code-retry", "fact-verify", "pipeline", "group-chat"]
-SPECS = ["markov", "markov-n:2", "markov-n:3", "static", "neural"]
+SPECS = ["markov", "markov-n:2", "markov-n:3", f"markov-n:{DEFAULT_ORDER}", "static", "neural"]
 TRAIN_SEEDS = (101, 102, 103)
 HORIZON = 3
 
 
-REPLAY_SPECS = ["markov", "markov-n:3", "neural"]  # pbkv's forecaster in the replay comparison
+REPLAY_SPECS = [
+    "markov",
+    "markov-n:3",
+    f"markov-n:{DEFAULT_ORDER}",
+    "neural",
+]  # forecasters pbkv runs with in the replay comparison, its default among them
 
 
 def run(families: list[str], epochs: int) -> tuple[dict[str, list[Evaluation]], dict[str, dict[str, float]]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 END = "<END>"  # the workflow finished: absorbing
 START = "<START>"  # marks the beginning of a workflow's path in contexts; never predicted
@@ -54,6 +54,29 @@ class Predictor(ABC):
 
     def known_agents(self) -> Collection[str]:
         return ()
+
+
+Derived = TypeVar("Derived")
+
+
+class PerForecast(Generic[Derived]):
+    """What was derived from each forecast, kept while that forecast is the same object: predictors return the
+    rows they keep per context to every workflow at that point (and never change them), so what is derived
+    from a forecast is derived once. Holds the forecasts themselves, so an id stays its object's; cleared when
+    `limit` are held."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._held: dict[int, tuple[Forecast, Derived]] = {}
+
+    def get(self, rows: Forecast) -> Derived | None:
+        held = self._held.get(id(rows))
+        return held[1] if held is not None and held[0] is rows else None
+
+    def put(self, rows: Forecast, derived: Derived) -> None:
+        if len(self._held) >= self.limit:
+            self._held.clear()
+        self._held[id(rows)] = (rows, derived)
 
 
 class AgentCoverage:

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from agentcache.predictor.base import AgentCoverage, Forecast, Predictor
+from agentcache.predictor.base import AgentCoverage, Forecast, PerForecast, Predictor
 from agentcache.predictor.markov import MarkovPredictor
 
 TOLERANCE = 1e-3
@@ -48,7 +48,7 @@ class GuardedPredictor(Predictor):
         self.name = getattr(inner, "name", "predictor")
         self.faults: Counter[str] = Counter()  # error, invalid, overrun
         self.coverage = AgentCoverage(self.name, inner.source or f"the online {self.name} forecaster")
-        self._checked: dict[int, Forecast] = {}  # id -> the forecast itself (kept: its id stays its own)
+        self._checked: PerForecast[bool] = PerForecast(MAX_CHECKED)
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
         self.coverage.count(self.inner, path[-1] if path else None)
@@ -61,13 +61,11 @@ class GuardedPredictor(Predictor):
         if self.budget_ms is not None and (time.perf_counter() - started) * 1000.0 > self.budget_ms:
             self.faults["overrun"] += 1
             return self.fallback.predict(path, hidden)
-        if self._checked.get(id(rows)) is not rows:
+        if self._checked.get(rows) is None:
             if not is_forecast(rows, self.horizon):
                 self.faults["invalid"] += 1
                 return self.fallback.predict(path, hidden)
-            if len(self._checked) >= MAX_CHECKED:
-                self._checked.clear()
-            self._checked[id(rows)] = rows
+            self._checked.put(rows, True)
         return rows
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:

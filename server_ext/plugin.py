@@ -45,7 +45,9 @@ def _add_cli_args(result, parser):  # noqa: ANN001 - AFTER hook on ServerArgs.ad
     )
     group.add_argument("--agentcache-call-graph", default=None, help="JSON file with the static call graph (kvflow)")
     group.add_argument(
-        "--agentcache-predictor", default=None, help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt"
+        "--agentcache-predictor",
+        default=None,
+        help="pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default: pbkv's own)",
     )
     group.add_argument(
         "--agentcache-prefetch",

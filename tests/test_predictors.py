@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from agentcache.policy.pbkv import DEFAULT_ORDER, PBKVPolicy  # noqa: E402
 from agentcache.predictor import (  # noqa: E402
     END,
     MarkovPredictor,
@@ -408,6 +409,20 @@ def test_a_forecaster_counts_the_agents_it_knows_and_names_loudly_those_it_does_
         assert "It knows 2 agents: coder, planner" in warnings[0]
 
 
+def test_pbkvs_default_forecaster_knows_the_last_round_of_a_loop_that_stops_after_three():
+    """A coder/tester loop that always runs three rounds: the last three agents look the same after the second
+    round and after the third, so only a longer memory knows that the workflow ends now."""
+    policy = PBKVPolicy()
+    rounds = ["planner"] + ["coder", "tester"] * 3
+    for _ in range(20):
+        for k, agent in enumerate(rounds):
+            policy.predictor.observe(rounds[:k], agent)
+        policy.predictor.observe(rounds, END)
+    after_two, after_three = policy.predictor.predict(rounds[:5]), policy.predictor.predict(rounds)
+    assert after_two[0]["coder"] > 0.8, "after two rounds the loop goes on"
+    assert after_three[0][END] > 0.8, "after the third it ends"
+
+
 def test_an_online_forecaster_learns_new_agents_without_a_warning(caplog):
     from agentcache.policy import make_policy
     from agentcache.tags import Tags
@@ -415,6 +430,6 @@ def test_an_online_forecaster_learns_new_agents_without_a_warning(caplog):
     policy = make_policy("pbkv")
     for i, agent in enumerate(["planner", "coder", "planner", "coder"]):
         policy.on_request(Tags(workflow="w", agent=f"a:{agent}", agent_name=agent), float(i))
-    coverage = policy.forecast_stats()["markov-3"]
+    coverage = policy.forecast_stats()[f"markov-{DEFAULT_ORDER}"]
     assert coverage["known_agent"] == 4 and coverage["unknown_agent"] == 0, "it learns each agent before forecasting"
     assert "does not know" not in caplog.text

@@ -85,7 +85,7 @@ from agentcache.policy.gaps import GapModel
 from agentcache.policy.prefetch import Candidate
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor import END, MarkovPredictor, Predictor
-from agentcache.predictor.base import AgentCoverage
+from agentcache.predictor.base import AgentCoverage, PerForecast
 from agentcache.predictor.guard import GuardedPredictor
 from agentcache.tags import Tags, WorkflowKey
 
@@ -105,7 +105,11 @@ class Ingredients:
     reuse: bool = True
 
 
-DEFAULT_ORDER = 3
+# How many of a workflow's last agents the default forecaster conditions on. Loops that stop after a few rounds
+# and pipelines that call one agent at several stages are told apart only by more than the last three (the
+# back-off keeps shorter contexts wherever the longer ones have too little data): on seeds nobody tunes on,
+# 6 raised pbkv's hit rate on every generated family but plain chat (unchanged) over 3, docs/policy.md.
+DEFAULT_ORDER = 6
 MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refresh, most recent first
 # SGLang asks for the key of every evictable leaf at every eviction, so keys are kept on the nodes and
 # recomputed only when something they depend on changed: their node was used, a workflow they serve moved
@@ -175,8 +179,8 @@ class PBKVPolicy(CachePolicy):
         # workflow -> v_w(a), refreshed on its transitions; workflows at the same point share one (read-only)
         self._values: dict[WorkflowKey, dict[str, float]] = {}
         self._next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching (shared)
-        # id(rows) -> (rows, their v(a), their P^(1)(a)): each forecast read once (kept, so its id stays its own)
-        self._read_forecasts: dict[int, tuple[list[dict[str, float]], dict[str, float], dict[str, float]]] = {}
+        # each forecast's v(a) and P^(1)(a), read once for every workflow at the same point
+        self._read_forecasts: PerForecast[tuple[dict[str, float], dict[str, float]]] = PerForecast(MAX_READ_FORECASTS)
         # workflow -> timing weight phi_w as its nodes' keys read it: the current one, kept until that moved by
         # more than CHANGE. Keys read only these, _keyed_demand and the reuse shares frozen at the epoch's
         # start, so a key changes only where its node is invalidated, and grows where one of these grew.
@@ -291,13 +295,12 @@ class PBKVPolicy(CachePolicy):
         self.predictor.observe(state.path[:-1], state.agent)
         rows = self.predictor.predict(state.path)
         # Workflows at the same point get the same rows (until the predictor refreshes): read them once.
-        read = self._read_forecasts.get(id(rows))
-        if read is None or read[0] is not rows:
-            if len(self._read_forecasts) >= MAX_READ_FORECASTS:
-                self._read_forecasts.clear()
+        read = self._read_forecasts.get(rows)
+        if read is None:
             next_agents = {a: p for a, p in rows[0].items() if a != END and p > 0.0}
-            read = self._read_forecasts[id(rows)] = (rows, self.discounted(rows), next_agents)
-        self._values[state.id], self._next[state.id] = read[1], read[2]
+            read = (self.discounted(rows), next_agents)
+            self._read_forecasts.put(rows, read)
+        self._values[state.id], self._next[state.id] = read
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         self.predictor.observe(state.path, END)
@@ -366,27 +369,32 @@ class PBKVPolicy(CachePolicy):
 
     def timing_weight(self, state: WorkflowState) -> float:
         """gamma^(residual / g): step discounting continued into the time before w's next request."""
-        return self._weigher()(state)
+        step_gap = self.gaps.mean
+        if not self.ingredients.timing or step_gap <= 0.0:
+            return 1.0
+        return self.gamma ** (self._gaps_after(state).residual(self._now - state.last_seen) / step_gap)
+
+    def _gaps_after(self, state: WorkflowState) -> GapModel:
+        """What follows an agent's call (a tool run, or none) shapes the wait: that agent's gaps where there
+        are enough of them, else every workflow's."""
+        path = state.path
+        gaps = self.gaps_after.get(path[-1]) if path else None
+        return gaps if gaps is not None and gaps.count >= MIN_AGENT_GAPS else self.gaps
 
     def _weigher(self) -> Callable[[WorkflowState], float]:
-        """timing_weight at the current time, for one workflow or for every one a refresh visits."""
+        """timing_weight at the current time for every workflow a refresh visits (each agent's gaps picked once)."""
         step_gap = self.gaps.mean
         if not self.ingredients.timing or step_gap <= 0.0:
             return lambda state: 1.0
-        gamma, now, everyone, after = self.gamma, self._now, self.gaps, self.gaps_after
+        gamma, now, gaps_after = self.gamma, self._now, self._gaps_after
         chosen: dict[str | None, GapModel] = {}
 
         def weight(state: WorkflowState) -> float:
-            # What follows an agent's call (a tool run, or none) shapes the wait: use that agent's gaps when
-            # there are enough of them.
             path = state.path
             agent = path[-1] if path else None
             gaps = chosen.get(agent)
             if gaps is None:
-                gaps = after.get(agent) if agent is not None else None
-                if gaps is None or gaps.count < MIN_AGENT_GAPS:
-                    gaps = everyone
-                chosen[agent] = gaps
+                gaps = chosen[agent] = gaps_after(state)
             return gamma ** (gaps.residual(now - state.last_seen) / step_gap)
 
         return weight
