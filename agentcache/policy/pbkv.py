@@ -107,8 +107,9 @@ class Ingredients:
 
 # How many of a workflow's last agents the default forecaster conditions on. Loops that stop after a few rounds
 # and pipelines that call one agent at several stages are told apart only by more than the last three (the
-# back-off keeps shorter contexts wherever the longer ones have too little data): on seeds nobody tunes on,
-# 6 raised pbkv's hit rate on every generated family but plain chat (unchanged) over 3, docs/policy.md.
+# back-off keeps shorter contexts wherever the longer ones have too little data). On development seeds, 6
+# raised pbkv's mean hit rate over 3 on every generated family but plain chat (unchanged), where 8 did not
+# (docs/forecaster-order.md).
 DEFAULT_ORDER = 6
 MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refresh, most recent first
 # SGLang asks for the key of every evictable leaf at every eviction, so keys are kept on the nodes and
