@@ -87,6 +87,20 @@ def write_docs(rows: list[dict], orders: list[int], command: str) -> None:
                 else f"| {family} | {order} | {spread} | n/a | n/a |"
             )
     dynamic = ", ".join(sorted(DYNAMIC_FAMILIES))
+    lines.append("")
+    for order in others:
+        lower = [
+            family
+            for family in dict.fromkeys(r["family"] for r in rows)
+            if statistics.mean(
+                r["hit_rate"][f"pbkv/order={order}"] - r["hit_rate"][f"pbkv/order={base}"]
+                for r in rows
+                if r["family"] == family
+            )
+            < 0
+        ]
+        verdict = f"lower on {', '.join(lower)}" if lower else "no family lower"
+        lines.append(f"- Order {order} against order {base}, mean per family: {verdict}.")
     lines += [
         "",
         f"Dynamic families (their path is decided at run time): {dynamic}.",
