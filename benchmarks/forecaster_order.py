@@ -15,16 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import replace
 
 from rich.console import Console
 from rich.progress import Progress
-from suite import CAPACITY_FACTORS, DOCS, GENERATED, mean_prompt
+from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
 from agentcache.policy.pbkv import DEFAULT_ORDER, REFRESH_EVERY
 from agentcache.predictor import MarkovPredictor
 from agentcache.replay.runner import PreparedTrace, replay_policy
-from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES, generate
+from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES
 
 SEEDS = (5, 6, 7)
 
@@ -35,11 +34,9 @@ def run(families: list[str], orders: list[int]) -> list[dict]:
         task = progress.add_task("forecaster orders", total=len(families) * len(SEEDS) * len(CAPACITY_FACTORS))
         for family in families:
             for seed in SEEDS:
-                trace = generate(family, replace(GENERATED, seed=seed))
-                prepared = PreparedTrace(trace)
-                mean = mean_prompt(trace)
-                for factor in CAPACITY_FACTORS:
-                    capacity = int(mean * factor)
+                generated_trace = generated(family, seed)
+                prepared = PreparedTrace(generated_trace.trace)
+                for capacity in generated_trace.capacities:
                     hit = {p: replay_policy(prepared, p, capacity).hit_rate for p in ("lru", "belady")}
                     for order in orders:
                         forecaster = MarkovPredictor(order=order, horizon=3, refresh_every=REFRESH_EVERY)
@@ -70,12 +67,15 @@ def write_docs(rows: list[dict], orders: list[int], command: str) -> None:
         "| family | order | mean difference (pts) | lowest | highest | median gap closed | lowest gap closed |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    lowered: dict[int, list[str]] = {order: [] for order in others}  # order -> families whose mean it lowered
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r["hit_rate"] for r in rows if r["family"] == family]
         for order in orders:
             policy = f"pbkv/order={order}"
             closed = [c for c in (gap_closed(h, policy) for h in mine) if c is not None]
             diffs = [(h[policy] - h[f"pbkv/order={base}"]) * 100 for h in mine]
+            if order != base and statistics.mean(diffs) < 0:
+                lowered[order].append(family)
             spread = (
                 f"{statistics.mean(diffs):+.2f} | {min(diffs):+.2f} | {max(diffs):+.2f}"
                 if order != base
@@ -86,24 +86,13 @@ def write_docs(rows: list[dict], orders: list[int], command: str) -> None:
                 if closed
                 else f"| {family} | {order} | {spread} | n/a | n/a |"
             )
-    dynamic = ", ".join(sorted(DYNAMIC_FAMILIES))
     lines.append("")
-    for order in others:
-        lower = [
-            family
-            for family in dict.fromkeys(r["family"] for r in rows)
-            if statistics.mean(
-                r["hit_rate"][f"pbkv/order={order}"] - r["hit_rate"][f"pbkv/order={base}"]
-                for r in rows
-                if r["family"] == family
-            )
-            < 0
-        ]
-        verdict = f"lower on {', '.join(lower)}" if lower else "no family lower"
+    for order, families in lowered.items():
+        verdict = f"lower on {', '.join(families)}" if families else "no family lower"
         lines.append(f"- Order {order} against order {base}, mean per family: {verdict}.")
     lines += [
         "",
-        f"Dynamic families (their path is decided at run time): {dynamic}.",
+        f"Dynamic families (their path is decided at run time): {', '.join(sorted(DYNAMIC_FAMILIES))}.",
         "",
         "Every point (hit rate):",
         "",

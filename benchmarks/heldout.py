@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import replace
 
 from ladder import BUILTINS
 from rich.console import Console
 from rich.progress import Progress
-from suite import CAPACITY_FACTORS, DOCS, GENERATED, mean_prompt
+from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
-from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES, generate
+from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES
 
 SEEDS = (11, 22, 33)
 POLICIES = ["lru", "pbkv", "belady", *BUILTINS]
@@ -34,11 +33,9 @@ def run(families: list[str]) -> list[dict]:
         task = progress.add_task("held-out seeds", total=len(families) * len(SEEDS) * len(CAPACITY_FACTORS))
         for family in families:
             for seed in SEEDS:
-                trace = generate(family, replace(GENERATED, seed=seed))
-                prepared = PreparedTrace(trace)
-                mean = mean_prompt(trace)
-                for factor in CAPACITY_FACTORS:
-                    capacity = int(mean * factor)
+                generated_trace = generated(family, seed)
+                prepared = PreparedTrace(generated_trace.trace)
+                for capacity in generated_trace.capacities:
                     results = {p: replay_policy(prepared, p, capacity) for p in POLICIES}
                     fill_gap_closed(list(results.values()))
                     hit = {p: r.hit_rate for p, r in results.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
@@ -45,15 +45,20 @@ def mean_prompt(trace: Trace) -> float:
     return sum(r.prompt_tokens for r in requests) / len(requests)
 
 
-def suite(only: list[str] | None = None) -> Iterator[SuiteTrace]:
+def generated(family: str, seed: int = GENERATED.seed) -> SuiteTrace:
+    """A generated family at `seed` (the suite's knobs), with its capacities: CAPACITY_FACTORS x its mean prompt."""
     from agentcache.workloads import DYNAMIC_FAMILIES
 
+    trace = generate(family, replace(GENERATED, seed=seed))
+    m = mean_prompt(trace)
+    return SuiteTrace(family, trace, tuple(int(m * f) for f in CAPACITY_FACTORS), family in DYNAMIC_FAMILIES, False)
+
+
+def suite(only: list[str] | None = None) -> Iterator[SuiteTrace]:
     for family in FAMILIES:
         if only and family not in only:
             continue
-        trace = generate(family, GENERATED)
-        m = mean_prompt(trace)
-        yield SuiteTrace(family, trace, tuple(int(m * f) for f in CAPACITY_FACTORS), family in DYNAMIC_FAMILIES, False)
+        yield generated(family)
     for name, capacities in REAL_CAPACITIES.items():
         if only and name not in only:
             continue
