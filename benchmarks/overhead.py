@@ -33,13 +33,14 @@ from rich.table import Table  # noqa: E402
 from suite import DOCS  # noqa: E402
 
 from agentcache.policy.pbkv import PBKVPolicy  # noqa: E402
-from agentcache.replay.runner import PreparedTrace, replay_policy  # noqa: E402
+from agentcache.replay.runner import PreparedTrace, replay_policy, replay_sglang_alone  # noqa: E402
 from agentcache.trace import End, Trace  # noqa: E402
 from agentcache.workloads import GenConfig, generate  # noqa: E402
 
 CAPACITIES = (50_000, 200_000, 800_000)
 IN_FLIGHT = (100, 500, 1_500)
 POLICIES = ("lru", "lfu", "pbkv")
+ALONE = "lfu alone"  # SGLang's lfu with no agentcache, on SGLang's default tree core: what a user runs
 MEAN_WORKFLOW_S = 25.0  # a code-retry workflow's mean duration at the default knobs: rate = in flight / duration
 
 
@@ -140,21 +141,27 @@ def breakdown(in_flight: int, capacity: int) -> dict[str, float]:
 
 def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: int) -> list[dict]:
     rows = []
-    order = list(POLICIES)
+    order = [*POLICIES, ALONE]
     with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("overhead grid", total=len(in_flights) * len(capacities) * (repeat * 3 + 3))
+        task = progress.add_task("overhead grid", total=len(in_flights) * len(capacities) * (repeat * len(order) + 3))
         for in_flight in in_flights:
             trace = workload(in_flight)
             prepared = PreparedTrace(trace)
             concurrency = mean_in_flight(trace)
             for capacity in capacities:
-                ms: dict[str, list[float]] = {p: [] for p in POLICIES}
+                ms: dict[str, list[float]] = {p: [] for p in order}
                 hit: dict[str, float] = {}
+                modelled_ms: dict[str, float] = {}
                 for _ in range(repeat):
                     for policy in order:
-                        result = replay_policy(prepared, policy, capacity)
+                        if policy == ALONE:
+                            result = replay_sglang_alone(prepared, "lfu", capacity)
+                            alone_label = result.policy
+                        else:
+                            result = replay_policy(prepared, policy, capacity)
                         ms[policy].append(result.replay_wall_s / result.requests * 1e3)
                         hit[policy] = result.hit_rate
+                        modelled_ms[policy] = result.modelled_latency_s / result.requests * 1e3
                         progress.advance(task)
                     order = order[1:] + order[:1]  # a different policy first in each repetition
                 asked, computed = count_keys(prepared, capacity)
@@ -176,11 +183,15 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                     "python_calls_per_request": calls,
                 }
                 row["pbkv_over_lfu"] = row["ms_per_request"]["pbkv"] / row["ms_per_request"]["lfu"]
+                row["pbkv_over_lfu_alone"] = row["ms_per_request"]["pbkv"] / row["ms_per_request"][ALONE]
+                row["alone"] = alone_label
+                # GPU time the cost model gives the prompts pbkv served from cache that lfu alone computed
+                row["modelled_prefill_ms_saved_per_request"] = modelled_ms[ALONE] - modelled_ms["pbkv"]
                 rows.append(row)
                 progress.console.print(
                     f"in flight {in_flight} capacity {capacity}: "
-                    + ", ".join(f"{p} {row['ms_per_request'][p]:.3f} ms" for p in POLICIES)
-                    + f"; pbkv/lfu {row['pbkv_over_lfu']:.2f}x"
+                    + ", ".join(f"{p} {row['ms_per_request'][p]:.3f} ms" for p in order)
+                    + f"; pbkv/lfu {row['pbkv_over_lfu']:.2f}x, pbkv/lfu alone {row['pbkv_over_lfu_alone']:.2f}x"
                 )
     return rows
 
@@ -190,7 +201,7 @@ def plot(rows: list[dict], path) -> None:  # noqa: ANN001
     for ax, in_flight in zip(axes[0], sorted({r["in_flight"] for r in rows})):
         group = [r for r in rows if r["in_flight"] == in_flight]
         caps = [r["capacity"] / 1000 for r in group]
-        for policy in POLICIES:
+        for policy in (*POLICIES, ALONE):
             ax.plot(caps, [r["ms_per_request"][policy] for r in group], marker="o", label=policy)
         ax.set_xscale("log")
         ax.set_title(f"{in_flight} workflows in flight")
@@ -219,29 +230,62 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "cProfile counts in one more replay per policy, per request: a count of the work done on the",
         "scheduler's thread that, unlike the times, does not move with what else the machine runs.",
         "",
+        "Two baselines. `lfu` is SGLang's lfu strategy inside agentcache's engine layer, the way the plugin's",
+        "cache runs (SGLang's Python tree core, agentcache's tags and its node boundary at the fixed prompt):",
+        "`pbkv / lfu` is what pbkv's own decisions cost. `lfu alone` is what a user runs with",
+        "`--radix-eviction-policy lfu` and no agentcache: SGLang's own components on its default tree core",
+        f"(this run: `{rows[0]['alone']}`), fed the same calls its scheduler makes per request",
+        "(`agentcache/replay/engine.py`, `SGLangAloneCache`). The plugin cannot run on that core: SGLang builds its Rust tree core only for",
+        "its own strategies and components. `pbkv / lfu alone` is therefore what the plugin costs a user's",
+        "scheduler over plain SGLang, the Python tree core included. Beside it, what that buys: the prefill",
+        "the cost model (docs/serving-model.md: an 8B model on one H100) gives the prompt tokens pbkv served",
+        "from cache and lfu alone computed, per request. That is modelled GPU time, the cost on the left",
+        "measured CPU time on this machine: not one latency, but the sizes the two trade.",
+        "",
         "| in flight (measured) | capacity | requests | lru ms/request | lfu ms/request | pbkv ms/request "
-        "| pbkv / lfu | Python calls per request lfu / pbkv | pbkv keys asked / computed per request "
-        "| hit rate lru / lfu / pbkv |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| lfu alone ms/request | pbkv / lfu | pbkv / lfu alone | pbkv - lfu alone: cache work / modelled prefill"
+        " saved, ms per request | Python calls per request lfu / pbkv "
+        "| pbkv keys asked / computed per request | hit rate lru / lfu / pbkv / lfu alone |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         ms, spread, hit = r["ms_per_request"], r["ms_spread"], r["hit_rate"]
-        cells = [f"{ms[p]:.3f} [{spread[p][0]:.3f}-{spread[p][1]:.3f}]" for p in POLICIES]
+        cells = [f"{ms[p]:.3f} [{spread[p][0]:.3f}-{spread[p][1]:.3f}]" for p in (*POLICIES, ALONE)]
         lines.append(
             f"| {r['in_flight']} ({r['measured_in_flight']:.0f}) | {r['capacity']:,} | {r['requests']:,} | "
             + " | ".join(cells)
-            + f" | {r['pbkv_over_lfu']:.2f}x"
+            + f" | {r['pbkv_over_lfu']:.2f}x | {r['pbkv_over_lfu_alone']:.2f}x"
+            + f" | {ms['pbkv'] - ms[ALONE]:.2f} / {r['modelled_prefill_ms_saved_per_request']:.1f}"
             + f" | {r['python_calls_per_request']['lfu']:,.0f} / {r['python_calls_per_request']['pbkv']:,.0f}"
             + f" | {r['pbkv_keys_asked_per_request']:.1f} / "
             + f"{r['pbkv_keys_computed_per_request']:.1f} | "
-            + " / ".join(f"{hit[p]:.3f}" for p in POLICIES)
+            + " / ".join(f"{hit[p]:.3f}" for p in (*POLICIES, ALONE))
             + " |"
         )
     worst = max(rows, key=lambda r: r["pbkv_over_lfu"])
+    worst_alone = max(rows, key=lambda r: r["pbkv_over_lfu_alone"])
+    best_alone = min(rows, key=lambda r: r["pbkv_over_lfu_alone"])
+    dearer = [
+        r
+        for r in rows
+        if r["ms_per_request"]["pbkv"] - r["ms_per_request"][ALONE] > r["modelled_prefill_ms_saved_per_request"]
+    ]
     lines += [
         "",
         f"Worst point: pbkv costs {worst['pbkv_over_lfu']:.2f}x lfu ({worst['in_flight']} in flight, "
-        f"{worst['capacity']:,} tokens).",
+        f"{worst['capacity']:,} tokens). Against lfu alone, {best_alone['pbkv_over_lfu_alone']:.2f}x to "
+        f"{worst_alone['pbkv_over_lfu_alone']:.2f}x.",
+        "",
+        f"At {len(dearer)} of {len(rows)} points"
+        + (
+            " ("
+            + ", ".join(f"{r['in_flight']} in flight / {r['capacity']:,}" for r in dearer)
+            + ") the plugin's extra cache work per request is more than the modelled prefill its extra hits save:"
+            " where pbkv's hit rate is close to lfu's, a scheduler that does not hide its CPU work behind the"
+            " GPU's would lose more time than it gains."
+            if dearer
+            else " the plugin's extra cache work per request is more than the modelled prefill its extra hits save."
+        ),
         "",
         "![cache work per request](img/overhead.png)",
         "",

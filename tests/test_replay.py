@@ -9,7 +9,7 @@ import pytest
 from agentcache.policy import OURS, make_policy
 from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.replay.engine import ReplayCache
-from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay, replay_policy
+from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay, replay_policy, replay_sglang_alone
 from agentcache.replay.tokens import TokenCodec
 from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import Request, Segment
@@ -165,6 +165,25 @@ def test_our_lru_is_sglangs_lru(small_traces):
             enc, Tags(workflow=event.workflow, agent=event.agent, fixed_tokens=enc.fixed_len), event.ts
         ).hit_tokens
     assert hits == ours.hit_tokens
+
+
+def test_sglang_alone_is_sglangs_default_tree_core_and_evicts_as_its_python_core(small_traces, monkeypatch):
+    """The hot-path benchmark's user baseline: plain SGLang's cache (no agentcache) on the tree core SGLang picks
+    by default, the Rust one where the install ships it, deciding exactly as SGLang's Python core would."""
+    import importlib.util
+
+    prepared = PreparedTrace(small_traces["code-retry"])
+    capacity = int(mean_prompt(prepared) * 4)
+    for builtin in ("lfu", "lru"):
+        alone = replay_sglang_alone(prepared, builtin, capacity)
+        if importlib.util.find_spec("sglang.srt.mem_cache.rust_tree_core.mem_cache") is not None:
+            assert "RustUnifiedTreeCore" in alone.policy
+        with monkeypatch.context() as m:
+            m.setenv("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")
+            on_python = replay_sglang_alone(prepared, builtin, capacity)
+        assert on_python.policy == f"{builtin} (SGLang alone, UnifiedTreeCore)"
+        assert alone.requests == len(prepared.requests) and alone.oversized_requests == 0
+        assert 0 < alone.hit_tokens == on_python.hit_tokens < alone.prompt_tokens
 
 
 def test_gap_closed_is_relative_to_lru_and_belady(small_traces):

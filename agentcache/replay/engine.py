@@ -15,6 +15,8 @@ Per request, as the server does (see SGLang 0.5.23 ``scheduler`` / ``UnifiedRadi
 The cache is SGLang's real ``UnifiedRadixCache`` on its Python tree core, over
 CPU KV pools of exactly `capacity` token slots; the host tier is SGLang's real
 HiCache (write-through, host pool of `host_capacity` slots, its own eviction).
+:class:`SGLangAloneCache` is the same cache as plain SGLang runs it, with no
+agentcache (its default tree core): the baseline the hot-path benchmark times.
 """
 
 from __future__ import annotations
@@ -121,12 +123,17 @@ def _host_tier_args(capacity: int, host_capacity: int) -> Any:
     return args
 
 
-def build_cache(capacity: int, builtin: str | None = None, host_capacity: int = 0) -> UnifiedRadixCache:
+def build_cache(
+    capacity: int, builtin: str | None = None, host_capacity: int = 0, *, alone: bool = False
+) -> UnifiedRadixCache:
     """A UnifiedRadixCache over CPU pools of exactly `capacity` slots (page size 1), with a host tier if asked.
 
     `builtin` picks one of SGLang's own strategies; otherwise the caller
-    installs an agentcache policy.
+    installs an agentcache policy. `alone`: the cache as SGLang builds it with
+    no agentcache (its own FULL component, its default tree core).
     """
+    if alone and (builtin is None or host_capacity):
+        raise ValueError("a cache without agentcache needs one of SGLang's strategies and no host tier")
     # The smallest KV pool SGLang accepts: the replay needs slots, not tensors.
     kv_pool = MHATokenToKVPool(
         size=capacity,
@@ -151,8 +158,9 @@ def build_cache(capacity: int, builtin: str | None = None, host_capacity: int = 
         eviction_policy=builtin or "lru",
         eviction_policy_config=None,
         tree_components=(FULL,),
-        component_registry_override={FULL: TaggedFullComponent},
-        tree_core_backend="python",
+        component_registry_override=None if alone else {FULL: TaggedFullComponent},
+        # agentcache needs the Python core (its strategy and components are Python); alone, SGLang chooses
+        tree_core_backend=None if alone else "python",
     )
     # With `builtin`, the tree core builds the strategy from SGLang's own table (and turns on
     # the per-node bookkeeping tlru needs), exactly as --radix-eviction-policy does.
@@ -161,6 +169,58 @@ def build_cache(capacity: int, builtin: str | None = None, host_capacity: int = 
         cache.init_hicache(_host_tier_args(capacity, host_capacity), params)
         cache.load_back_threshold = 1  # the server's default of 10 would skip tiny host hits; the replay counts all
     return cache
+
+
+class SGLangAloneCache:
+    """SGLang's radix cache as a user runs it with no agentcache (`--radix-eviction-policy BUILTIN`): SGLang's own
+    components on its default tree core (the Rust one where the install ships it), fed the calls SGLang's
+    scheduler makes per request. The baseline for what the plugin costs on the scheduler's thread."""
+
+    def __init__(self, capacity: int, builtin: str):
+        self.cache = build_cache(capacity, builtin, alone=True)
+        self.allocator = self.cache.token_to_kv_pool_allocator
+
+    @property
+    def tree_core(self) -> str:
+        return type(self.cache.tree_core).__name__
+
+    def serve(self, enc: EncodedRequest) -> int | None:
+        """Serve one request as SGLang does: match, hold, allocate (evicting), insert the computed prompt and
+        move the hold to its end (``cache_unfinished_req``), insert prompt and output once it finishes
+        (``cache_finished_req``), release. The prompt tokens found cached; None when it cannot fit."""
+        cache, allocator = self.cache, self.allocator
+        tokens = array("q", enc.tokens)
+        prompt_len = enc.prompt_len
+        match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens[:prompt_len], limit=prompt_len - 1)))
+        hit, anchor = match.device_prefix_len, match.last_device_node
+        lock = cache.lock(anchor)
+        need = len(tokens) - 1 - hit
+        if need > allocator.available_size() + cache.evictable_size():
+            cache.unlock(lock)
+            return None
+        shortfall = need - allocator.available_size()
+        if shortfall > 0:
+            cache.evict_for_alloc(EvictParams(num_tokens=shortfall))
+        fresh = allocator.alloc(need)
+        if fresh is None:
+            raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
+        values = torch.cat([cache.path_device_indices(anchor)[:hit].to(torch.int64), fresh.to(torch.int64)])
+        inserted = cache.insert(
+            InsertParams(
+                key=RadixKey(tokens[:prompt_len]), value=values[:prompt_len], prev_prefix_len=hit, inserted_len=0
+            )
+        )
+        end = inserted.last_device_node
+        held = cache.lock(end)
+        cache.unlock(lock)
+        values = torch.cat([cache.path_device_indices(end).to(torch.int64), values[prompt_len:]])
+        cache.insert(
+            InsertParams(
+                key=RadixKey(tokens[: len(tokens) - 1]), value=values, prev_prefix_len=prompt_len, inserted_len=0
+            )
+        )
+        cache.unlock(held)
+        return hit
 
 
 class ReplayCache:

@@ -16,7 +16,7 @@ from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy import PolicySpec, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.spec import WARMUP
 from agentcache.predictor import Predictor
-from agentcache.replay.engine import ReplayCache
+from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
 from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import End, Request, Trace
@@ -154,6 +154,26 @@ def replay_policy(
     result.replay_wall_s = time.perf_counter() - started
     result.evicted_tokens = dict(cache.component.evicted_tokens)
     result.prefetch_wasted_tokens = cache.component.prefetch_wasted_tokens
+    return result
+
+
+def replay_sglang_alone(
+    prepared: PreparedTrace, builtin: str, capacity: int, cost: CostModel = DEFAULT_COST
+) -> ReplayResult:
+    """Replay the trace's requests through SGLang's cache with no agentcache (`SGLangAloneCache`): what a user
+    runs with `--radix-eviction-policy builtin`. End events mean nothing to it."""
+    cache = SGLangAloneCache(capacity, builtin)
+    result = ReplayResult(policy=f"{builtin} (SGLang alone, {cache.tree_core})", capacity=capacity)
+    started = time.perf_counter()
+    for request, enc in zip(prepared.requests, prepared.encoded):
+        hit = cache.serve(enc)
+        result.requests += 1
+        result.prompt_tokens += enc.prompt_len
+        result.hit_tokens += hit or 0
+        result.recomputed_tokens += enc.prompt_len - (hit or 0)
+        result.oversized_requests += hit is None
+        result.modelled_latency_s += cost.request_s(enc.prompt_len, hit or 0, 0, request.output)
+    result.replay_wall_s = time.perf_counter() - started
     return result
 
 
