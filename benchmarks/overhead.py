@@ -190,7 +190,7 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                 rows.append(row)
                 progress.console.print(
                     f"in flight {in_flight} capacity {capacity}: "
-                    + ", ".join(f"{p} {row['ms_per_request'][p]:.3f} ms" for p in order)
+                    + ", ".join(f"{p} {row['ms_per_request'][p]:.3f} ms" for p in (*POLICIES, ALONE))
                     + f"; pbkv/lfu {row['pbkv_over_lfu']:.2f}x, pbkv/lfu alone {row['pbkv_over_lfu_alone']:.2f}x"
                 )
     return rows
@@ -234,7 +234,7 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "cache runs (SGLang's Python tree core, agentcache's tags and its node boundary at the fixed prompt):",
         "`pbkv / lfu` is what pbkv's own decisions cost. `lfu alone` is what a user runs with",
         "`--radix-eviction-policy lfu` and no agentcache: SGLang's own components on its default tree core",
-        f"(this run: `{rows[0]['alone']}`), fed the same calls its scheduler makes per request",
+        f"(this run: `{rows[0]['alone']}`), fed the same SGLang calls per request as the other columns",
         "(`agentcache/replay/engine.py`, `SGLangAloneCache`). The plugin cannot run on that core: SGLang builds its Rust tree core only for",
         "its own strategies and components. `pbkv / lfu alone` is therefore what the plugin costs a user's",
         "scheduler over plain SGLang, the Python tree core included. Beside it, what that buys: the prefill",

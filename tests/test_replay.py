@@ -186,6 +186,28 @@ def test_sglang_alone_is_sglangs_default_tree_core_and_evicts_as_its_python_core
         assert 0 < alone.hit_tokens == on_python.hit_tokens < alone.prompt_tokens
 
 
+def test_sglang_alone_serves_as_the_replay_does_and_leaks_no_slot_or_lock(small_traces):
+    """The baseline makes the same SGLang calls per request as the replay: with the same strategy on the same core
+    it finds the same tokens cached as ReplayCache does without agentcache's fixed-prompt boundary, and every slot
+    ends free or evictable."""
+    from agentcache.replay.engine import SGLangAloneCache
+
+    prepared = PreparedTrace(small_traces["group-chat"])
+    capacity = int(mean_prompt(prepared) * 4)
+    alone = SGLangAloneCache(capacity, "lru")
+    hits = [alone.serve(enc) for enc in prepared.encoded]
+    cache = alone.cache
+    assert alone.allocator.available_size() + cache.evictable_size() == capacity
+    assert cache.protected_size() == 0
+    replayed = ReplayCache(capacity, make_policy("lru"), builtin="lru")
+    expected = []
+    for i, event in enumerate(prepared.requests):
+        enc = prepared.encoded[i]._replace(fixed_len=0)  # no boundary at the fixed prompt: SGLang's own calls only
+        tags = Tags(workflow=event.workflow, agent=event.agent, fixed_tokens=0)
+        expected.append(replayed.serve(enc, tags, event.ts).hit_tokens)
+    assert hits == expected and sum(hits) > 0
+
+
 def test_gap_closed_is_relative_to_lru_and_belady(small_traces):
     results = replay(small_traces["code-retry"], ["lru", "pbkv", "belady"], [6000])
     fill_gap_closed(results)

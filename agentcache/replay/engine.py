@@ -173,10 +173,12 @@ def build_cache(
 
 class SGLangAloneCache:
     """SGLang's radix cache as a user runs it with no agentcache (`--radix-eviction-policy BUILTIN`): SGLang's own
-    components on its default tree core (the Rust one where the install ships it), fed the calls SGLang's
-    scheduler makes per request. The baseline for what the plugin costs on the scheduler's thread."""
+    components on its default tree core (the Rust one where the install supports it), fed the same SGLang calls
+    per request as :meth:`ReplayCache.serve`. The baseline for what the plugin costs on the scheduler's thread."""
 
     def __init__(self, capacity: int, builtin: str):
+        if capacity < 2:
+            raise ValueError(f"capacity must be >= 2 tokens, got {capacity}")
         self.cache = build_cache(capacity, builtin, alone=True)
         self.allocator = self.cache.token_to_kv_pool_allocator
 
@@ -185,9 +187,10 @@ class SGLangAloneCache:
         return type(self.cache.tree_core).__name__
 
     def serve(self, enc: EncodedRequest) -> int | None:
-        """Serve one request as SGLang does: match, hold, allocate (evicting), insert the computed prompt and
-        move the hold to its end (``cache_unfinished_req``), insert prompt and output once it finishes
-        (``cache_finished_req``), release. The prompt tokens found cached; None when it cannot fit."""
+        """Serve one request as ReplayCache.serve does, without agentcache: match, hold, allocate (evicting), then
+        what SGLang's ``checkpoint_into_tree`` does once it finishes (insert prompt and output, re-insert the
+        prompt so a node boundary falls at its end), release. The prompt tokens found cached; None when it
+        cannot fit."""
         cache, allocator = self.cache, self.allocator
         tokens = array("q", enc.tokens)
         prompt_len = enc.prompt_len
@@ -205,21 +208,10 @@ class SGLangAloneCache:
         if fresh is None:
             raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
         values = torch.cat([cache.path_device_indices(anchor)[:hit].to(torch.int64), fresh.to(torch.int64)])
-        inserted = cache.insert(
-            InsertParams(
-                key=RadixKey(tokens[:prompt_len]), value=values[:prompt_len], prev_prefix_len=hit, inserted_len=0
-            )
-        )
-        end = inserted.last_device_node
-        held = cache.lock(end)
+        key = RadixKey(tokens[: len(tokens) - 1])
+        cache.insert(InsertParams(key=key, value=values, prev_prefix_len=hit, inserted_len=0))
+        split_at(cache, key, values, prompt_len, priority=1)
         cache.unlock(lock)
-        values = torch.cat([cache.path_device_indices(end).to(torch.int64), values[prompt_len:]])
-        cache.insert(
-            InsertParams(
-                key=RadixKey(tokens[: len(tokens) - 1]), value=values, prev_prefix_len=prompt_len, inserted_len=0
-            )
-        )
-        cache.unlock(held)
         return hit
 
 
