@@ -8,7 +8,7 @@ import pytest
 
 from agentcache.policy import OURS, make_policy
 from agentcache.policy.spec import SGLANG_STRATEGIES
-from agentcache.replay.engine import ReplayCache
+from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay, replay_policy, replay_sglang_alone
 from agentcache.replay.tokens import TokenCodec
 from agentcache.tags import Tags, WorkflowKey
@@ -190,14 +190,12 @@ def test_sglang_alone_serves_as_the_replay_does_and_leaks_no_slot_or_lock(small_
     """The baseline makes the same SGLang calls per request as the replay: with the same strategy on the same core
     it finds the same tokens cached as ReplayCache does without agentcache's fixed-prompt boundary, and every slot
     ends free or evictable."""
-    from agentcache.replay.engine import SGLangAloneCache
-
     prepared = PreparedTrace(small_traces["group-chat"])
     capacity = int(mean_prompt(prepared) * 4)
     alone = SGLangAloneCache(capacity, "lru")
     hits = [alone.serve(enc) for enc in prepared.encoded]
     cache = alone.cache
-    assert alone.allocator.available_size() + cache.evictable_size() == capacity
+    assert cache.token_to_kv_pool_allocator.available_size() + cache.evictable_size() == capacity
     assert cache.protected_size() == 0
     replayed = ReplayCache(capacity, make_policy("lru"), builtin="lru")
     expected = []

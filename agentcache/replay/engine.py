@@ -171,6 +171,28 @@ def build_cache(
     return cache
 
 
+class Slots(NamedTuple):
+    values: Any  # slot indices of the whole request: its cached prefix's, then fresh ones
+    evicted_tokens: int | None  # what the eviction freed; None when the free slots sufficed
+
+
+def allocate(cache: UnifiedRadixCache, anchor: Any, cached: int, need: int) -> Slots | None:
+    """Slots for a request whose first `cached` tokens end at `anchor` (held) and `need` tokens more, evicting as
+    SGLang's allocation does; None, with nothing evicted, when free and evictable slots together are too few."""
+    allocator = cache.token_to_kv_pool_allocator
+    if need > allocator.available_size() + cache.evictable_size():
+        return None
+    evicted = None
+    shortfall = need - allocator.available_size()
+    if shortfall > 0:
+        evicted = cache.evict_for_alloc(EvictParams(num_tokens=shortfall)).num_tokens_evicted
+    fresh = allocator.alloc(need)
+    if fresh is None:
+        raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
+    prefix = cache.path_device_indices(anchor)[:cached]
+    return Slots(torch.cat([prefix.to(torch.int64), fresh.to(torch.int64)]), evicted)
+
+
 class SGLangAloneCache:
     """SGLang's radix cache as a user runs it with no agentcache (`--radix-eviction-policy BUILTIN`): SGLang's own
     components on its default tree core (the Rust one where the install supports it), fed the same SGLang calls
@@ -180,7 +202,6 @@ class SGLangAloneCache:
         if capacity < 2:
             raise ValueError(f"capacity must be >= 2 tokens, got {capacity}")
         self.cache = build_cache(capacity, builtin, alone=True)
-        self.allocator = self.cache.token_to_kv_pool_allocator
 
     @property
     def tree_core(self) -> str:
@@ -191,28 +212,19 @@ class SGLangAloneCache:
         what SGLang's ``checkpoint_into_tree`` does once it finishes (insert prompt and output, re-insert the
         prompt so a node boundary falls at its end), release. The prompt tokens found cached; None when it
         cannot fit."""
-        cache, allocator = self.cache, self.allocator
+        cache = self.cache
         tokens = array("q", enc.tokens)
         prompt_len = enc.prompt_len
         match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens[:prompt_len], limit=prompt_len - 1)))
         hit, anchor = match.device_prefix_len, match.last_device_node
         lock = cache.lock(anchor)
-        need = len(tokens) - 1 - hit
-        if need > allocator.available_size() + cache.evictable_size():
-            cache.unlock(lock)
-            return None
-        shortfall = need - allocator.available_size()
-        if shortfall > 0:
-            cache.evict_for_alloc(EvictParams(num_tokens=shortfall))
-        fresh = allocator.alloc(need)
-        if fresh is None:
-            raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
-        values = torch.cat([cache.path_device_indices(anchor)[:hit].to(torch.int64), fresh.to(torch.int64)])
-        key = RadixKey(tokens[: len(tokens) - 1])
-        cache.insert(InsertParams(key=key, value=values, prev_prefix_len=hit, inserted_len=0))
-        split_at(cache, key, values, prompt_len, priority=1)
+        slots = allocate(cache, anchor, hit, len(tokens) - 1 - hit)
+        if slots is not None:
+            key = RadixKey(tokens[: len(tokens) - 1])
+            cache.insert(InsertParams(key=key, value=slots.values, prev_prefix_len=hit, inserted_len=0))
+            split_at(cache, key, slots.values, prompt_len, priority=1)
         cache.unlock(lock)
-        return hit
+        return hit if slots is not None else None
 
 
 class ReplayCache:
@@ -259,24 +271,17 @@ class ReplayCache:
         lock = cache.lock(anchor)
         self.policy.on_admit(tags)
         prefetched = take_prefetched(path_nodes(cache, anchor))
-        need = kv_len - cached
-        if need > self.allocator.available_size() + cache.evictable_size():
+        slots = allocate(cache, anchor, cached, kv_len - cached)
+        if slots is None:
             cache.unlock(lock)
             if self.host_tier:
                 cache.check_hicache_events()  # a load back started by the match completes all the same
             self.stats.oversized += 1
             return None
-        shortfall = need - self.allocator.available_size()
-        if shortfall > 0:
-            result = cache.evict_for_alloc(EvictParams(num_tokens=shortfall))
+        if slots.evicted_tokens is not None:
             self.stats.evict_calls += 1
-            self.stats.evicted_tokens += result.num_tokens_evicted
-        fresh = self.allocator.alloc(need)
-        if fresh is None:
-            raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
-        prefix = cache.path_device_indices(anchor)[:cached]
-        values = torch.cat([prefix.to(torch.int64), fresh.to(torch.int64)])
-        return Admission(enc, tags, tokens, values, lock, hit, loaded, prefetched, cached)
+            self.stats.evicted_tokens += slots.evicted_tokens
+        return Admission(enc, tags, tokens, slots.values, lock, hit, loaded, prefetched, cached)
 
     def fits(self, enc: EncodedRequest) -> bool:
         """Whether admitting `enc` now would find the slots it needs (free and evictable), as SGLang checks."""
