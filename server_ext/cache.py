@@ -31,6 +31,7 @@ from agentcache.engine.adapter import (
     FULL,
     TaggedFullComponent,
     cached_nodes,
+    ends_at,
     held_by_class,
     install_policy,
     path_nodes,
@@ -137,7 +138,7 @@ class AgentCache(UnifiedRadixCache):
         path = path_nodes(self, req.last_node)
         held = sum(len(n.key) for n in path)
         fixed = tags.fixed - tags.fixed % self.page_size
-        if 0 < fixed < held:
+        if fixed < held and not ends_at(path, fixed):  # most requests share a fixed prompt split before
             key = RadixKey(
                 req.full_untruncated_fill_ids[:held],
                 req.extra_key,

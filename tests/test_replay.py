@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 
 import pytest
 
@@ -109,6 +110,62 @@ def test_node_boundaries_fall_at_the_fixed_prompt_and_the_prompt_and_tags_reach_
     # the same prompt again hits everything but its last token
     policy.on_request(tags, 1.0)
     assert cache.serve(codec.encode(req, 1), tags, 1.0).hit_tokens == 349
+
+
+def _path_to(cache, tokens):
+    from array import array
+
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    from agentcache.engine.adapter import path_nodes
+
+    return path_nodes(
+        cache.cache, cache.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)))).last_device_node
+    )
+
+
+def test_a_request_counts_once_on_each_node_it_inserts_whether_or_not_its_prompt_was_checkpointed():
+    """SGLang's inserts count a hit (lfu's and slru's frequency) only on nodes past what the request inserted before
+    (``cache_inserted_len``): the timed replay's finish after a prefill checkpoint must not count the prompt again."""
+    codec = TokenCodec()
+    req = Request(0.0, "w1", "coder", (Segment("sys", 300), Segment("task", 50)), 1, 40, "out")
+    counts = []
+    for checkpointed in (False, True):
+        policy = make_policy("lru")
+        cache = ReplayCache(10_000, policy, builtin="lfu")
+        enc = codec.encode(req, 0)
+        tags = Tags(workflow="w1", agent="coder", fixed_tokens=enc.fixed_len)
+        policy.on_request(tags, 0.0)
+        admission = cache.admit(enc, tags)
+        if checkpointed:
+            admission = cache.checkpoint(admission, 0.0)
+        cache.finish(admission, 0.0)
+        counts.append([node.hit_count for node in _path_to(cache, enc.tokens[:-1])])
+    assert counts[0] == counts[1] == [1, 1, 1]  # fixed prompt, task, output: one insert each
+
+
+def test_a_fixed_prompt_boundary_made_once_costs_no_further_insert():
+    """The boundary at an agent's fixed prompt is made by the first request that needs it; later requests that
+    find it made do not re-walk the tree to split there (SGLang's own prompt split aside), and keep it."""
+    policy = make_policy("pbkv")
+    cache = ReplayCache(10_000, policy)
+    codec = TokenCodec()
+    inserts = []
+    insert = cache.cache.insert
+    cache.cache.insert = lambda params: inserts.append(len(params.key)) or insert(params)
+    per_request = []
+    for i, task in enumerate(("task-1", "task-2")):
+        req = Request(float(i), f"w{i}", "coder", (Segment("sys", 300), Segment(task, 50)), 1, 40, f"out{i}")
+        enc = codec.encode(req, i)
+        tags = Tags(workflow=f"w{i}", agent="coder", fixed_tokens=enc.fixed_len)
+        policy.on_request(tags, float(i))
+        inserts.clear()
+        cache.serve(enc, tags, float(i))
+        per_request.append(list(inserts))
+        depths = list(accumulate(len(node.key) for node in _path_to(cache, enc.tokens[:-1])))
+        assert 300 in depths and 350 in depths
+    assert per_request == [[389, 350, 300], [389, 350]]  # the request, SGLang's prompt split, the fixed prompt's
 
 
 def test_oversized_requests_are_counted_not_cached():

@@ -7,8 +7,8 @@
   and, for a policy that keeps its keys, orders eviction with an
   :class:`EvictionHeap` kept across eviction rounds.
 - :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
-  tree core; :func:`split_at` and :func:`path_nodes` are the tree walks the
-  adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
+  tree core; :func:`split_at`, :func:`ends_at` and :func:`path_nodes` are the
+  tree walks the adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
   server's statistics and its prefetch step do, and the replay's too.
 """
 
@@ -278,6 +278,19 @@ def path_nodes(cache: Any, node_id: Any) -> list[Any]:
         node = node.parent
     path.reverse()
     return path
+
+
+def ends_at(path: list[Any], depth: int) -> bool:
+    """Whether a node of `path` (from the root's child down), or the root at depth 0, ends exactly `depth`
+    tokens in: a split there would find the boundary made already, its insert walk only touching nodes."""
+    if depth <= 0:
+        return True
+    end = 0
+    for node in path:
+        end += len(node.key)
+        if end >= depth:
+            return end == depth
+    return False
 
 
 def split_at(cache: Any, key: Any, values: Any, cut: int, priority: int = 0) -> None:

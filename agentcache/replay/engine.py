@@ -40,6 +40,7 @@ from agentcache.engine.adapter import (
     FULL,
     PREFETCHED_ATTR,
     TaggedFullComponent,
+    ends_at,
     held_by_class,
     install_policy,
     path_nodes,
@@ -66,6 +67,9 @@ class Admission(NamedTuple):
     loaded_tokens: int
     prefetched_tokens: int
     owned: int  # leading tokens whose slots the tree owns (the matched prefix; the prompt once checkpointed)
+    # Leading tokens this request inserted already (SGLang's cache_inserted_len): an insert counts a hit on
+    # the nodes past it only, so lfu and slru count each request once per node.
+    inserted: int = 0
 
 
 class ServeResult(NamedTuple):
@@ -296,16 +300,19 @@ class ReplayCache:
         key = RadixKey(admission.tokens[: enc.prompt_len])
         prompt_values = admission.values[: enc.prompt_len]
         inserted = cache.insert(
-            InsertParams(key=key, value=prompt_values, prev_prefix_len=admission.owned, inserted_len=0)
+            InsertParams(key=key, value=prompt_values, prev_prefix_len=admission.owned, inserted_len=admission.inserted)
         )
-        split_at(cache, key, prompt_values, enc.fixed_len)
         end = inserted.last_device_node
+        path = path_nodes(cache, end)
+        if not ends_at(path, enc.fixed_len):
+            split_at(cache, key, prompt_values, enc.fixed_len)
+            path = path_nodes(cache, end)
         lock = cache.lock(end)
         cache.unlock(admission.lock)
         # Where another request inserted the same tokens first, the tree kept its slots (and freed ours).
         values = torch.cat([cache.path_device_indices(end).to(torch.int64), admission.values[enc.prompt_len :]])
-        self.policy.tag_path(path_nodes(cache, end), admission.tags, now, None)
-        return admission._replace(values=values, lock=lock, owned=enc.prompt_len)
+        self.policy.tag_path(path, admission.tags, now, None)
+        return admission._replace(values=values, lock=lock, owned=enc.prompt_len, inserted=enc.prompt_len)
 
     def finish(self, admission: Admission, now: float) -> None:
         """What SGLang does when the request finishes: insert prompt and output into the tree, node boundaries
@@ -315,11 +322,15 @@ class ReplayCache:
         cached = admission.hit_tokens + admission.loaded_tokens
         try:
             inserted = cache.insert(
-                InsertParams(key=key, value=admission.values, prev_prefix_len=admission.owned, inserted_len=0)
+                InsertParams(
+                    key=key, value=admission.values, prev_prefix_len=admission.owned, inserted_len=admission.inserted
+                )
             )
             split_at(cache, key, admission.values, enc.prompt_len, priority=1)
-            split_at(cache, key, admission.values, enc.fixed_len)
             path = path_nodes(cache, inserted.last_device_node)
+            if not ends_at(path, enc.fixed_len):
+                split_at(cache, key, admission.values, enc.fixed_len)
+                path = path_nodes(cache, inserted.last_device_node)
             self.policy.tag_path(path, admission.tags, now, cached, enc.prompt_len)
         finally:
             cache.unlock(admission.lock)
