@@ -12,11 +12,17 @@ only keys with a request in flight), so a slot is a worker. No proxy of our
 own sits in the path.
 
 :class:`WorkflowAwareRouting` keeps each agent on few slots, as many as its
-share of the traffic needs: an agent whose recent prompts are a share `p` of
-all gets ceil(p x N x headroom) home slots, taken where the least traffic is
-homed already, so each slot keeps few fixed prompts and the agents' load is
-spread. Each request then goes to the candidate slot with the largest
-expected saved prefill (in the cost model's seconds):
+share of the KV memory needs: an agent whose recent requests take a share `p`
+of the KV occupancy gets ceil(p x N x headroom) home slots, taken where the
+least occupancy is homed already, so each slot keeps few fixed prompts and
+the agents' load is spread. A request's occupancy is the KV it holds times how
+long it holds it (token-seconds, the cost model's: its prefill past the fixed
+prompt, then a decode step per output token its agent is expected to write,
+learned from the answers). Memory is what a worker runs out of first; prompt
+tokens alone would misjudge it: an agent that re-reads a long cached prompt to
+write a few tokens (a group chat's speaker selector) holds its KV briefly. Each request
+then goes to the candidate slot with the largest expected saved prefill (in
+the cost model's seconds):
 
 - the length of this agent's conversation (its previous prompt in it) where
   that conversation's last request went; a conversation is the workflow, or
@@ -67,6 +73,7 @@ class Placement:
 
     slot: int
     new_tokens: int  # prompt tokens expected to be computed (not served from the slot's cache)
+    agent: str = ""  # whose request: its answer's output length teaches the agent's expected output
 
 
 @dataclass
@@ -101,8 +108,12 @@ class WorkflowAwareRouting:
         self.cost = cost
         self.slots = [_Slot() for _ in range(workers)]
         self._decay = 0.5 ** (1.0 / half_life)
-        self._weight: dict[str, float] = {}  # agent -> its prompt tokens, decayed per request
+        self._half_life = half_life
+        self._weight: dict[str, float] = {}  # agent -> its requests' KV occupancy (token-seconds), decayed per request
         self._total_weight = 0.0
+        # agent -> (mean output tokens of its answers, answers counted); the mean over every agent's answers
+        self._output: dict[str, tuple[float, int]] = {}
+        self._mean_output = (0.0, 0)
         self.agent_slots: dict[str, list[int]] = {}  # agent -> the slots that keep its fixed prompt (its homes)
         # (conversation, agent) -> (slot of the conversation's last request, that request's prompt length)
         self._conversations: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
@@ -115,21 +126,35 @@ class WorkflowAwareRouting:
             return home[1]
         return fixed_tokens if slot in self.agent_slots.get(agent, ()) else 0
 
+    def expected_output(self, agent: str) -> float:
+        """Output tokens the agent's next answer is expected to have: its answers' mean, else every agent's."""
+        return self._output.get(agent, self._mean_output)[0]
+
+    def occupancy(self, agent: str, prompt_tokens: int, fixed_tokens: int) -> float:
+        """What a request of `agent` takes from one of its homes, in token-seconds of KV memory (the resource a
+        worker runs out of first): the KV it holds, its prompt and on average half its expected output, for as
+        long as it runs, the prefill of its prompt past the fixed prompt cached there (a conversation's history
+        may have been evicted, or live elsewhere) and then one decode step per expected output token."""
+        output = self.expected_output(agent)
+        cached = min(fixed_tokens, max(0, prompt_tokens - 1))
+        running_s = self.cost.prefill_s(prompt_tokens - cached, cached) + output * self.cost.step_s
+        return (prompt_tokens + output / 2) * running_s
+
     def homes_needed(self, agent: str) -> int:
-        """How many slots an agent's requests need: its share of recent prompt tokens x N x headroom."""
+        """How many slots an agent's requests need: its share of recent KV occupancy x N x headroom."""
         share = self._weight.get(agent, 0.0) / self._total_weight if self._total_weight else 1.0
         return max(1, min(len(self.slots), math.ceil(share * len(self.slots) * self.headroom)))
 
     def homed_traffic(self) -> list[float]:
-        """Per slot, the recent prompt tokens of the agents homed there (an agent's split evenly over its homes)."""
+        """Per slot, the recent KV occupancy of the agents homed there (an agent's split evenly over its homes)."""
         homed = [0.0] * len(self.slots)
         for agent, homes in self.agent_slots.items():
             for slot in homes:
                 homed[slot] += self._weight.get(agent, 0.0) / len(homes)
         return homed
 
-    def _update_homes(self, agent: str, prompt_tokens: int) -> list[int]:
-        """Count the request in its agent's share, and fit the agent's homes to it.
+    def _update_homes(self, agent: str, occupancy: float) -> list[int]:
+        """Count the request's KV occupancy in its agent's share, and fit the agent's homes to it.
 
         An agent gets or drops homes as its share needs (a new home where the least traffic is homed, the
         busiest dropped first), and moves its busiest home to the least busy slot when that evens the homed
@@ -137,8 +162,8 @@ class WorkflowAwareRouting:
         """
         for other in self._weight:
             self._weight[other] *= self._decay
-        self._total_weight = self._total_weight * self._decay + prompt_tokens
-        self._weight[agent] = self._weight.get(agent, 0.0) + prompt_tokens
+        self._total_weight = self._total_weight * self._decay + occupancy
+        self._weight[agent] = self._weight.get(agent, 0.0) + occupancy
         homes = self.agent_slots.setdefault(agent, [])
         needed = self.homes_needed(agent)
         while len(homes) > needed:
@@ -173,7 +198,7 @@ class WorkflowAwareRouting:
         the fixed prompt); by default the workflow, which is that thread when a client tags its workflows.
         """
         conversation = workflow if conversation is None else conversation
-        self._update_homes(agent, prompt_tokens)
+        self._update_homes(agent, self.occupancy(agent, prompt_tokens, fixed_tokens))
         best: tuple[tuple[float, int], int, int] | None = None
         for slot in self.candidates():
             saved = min(self.expected_saved(slot, conversation, agent, fixed_tokens), max(0, prompt_tokens - 1))
@@ -192,13 +217,23 @@ class WorkflowAwareRouting:
         if len(self._conversations) > MAX_CONVERSATIONS:
             self._conversations.popitem(last=False)
         self._workflow_slots.setdefault(workflow, set()).add(slot)
-        return Placement(slot, new_tokens)
+        return Placement(slot, new_tokens, agent)
 
-    def answered(self, placement: Placement) -> None:
-        """The request's answer came back: it no longer queues on its slot."""
+    def answered(self, placement: Placement, output_tokens: int | None = None) -> None:
+        """The request's answer came back: it no longer queues on its slot; its output length (where the
+        answer reports it) updates its agent's expected output."""
         slot = self.slots[placement.slot]
         slot.in_flight -= 1
         slot.in_flight_new_tokens -= placement.new_tokens
+        if output_tokens is not None and output_tokens >= 0 and placement.agent:
+            self._output[placement.agent] = self._averaged(self._output.get(placement.agent), output_tokens)
+            self._mean_output = self._averaged(self._mean_output, output_tokens)
+
+    def _averaged(self, mean: tuple[float, int] | None, sample: int) -> tuple[float, int]:
+        """A running mean of the first `half_life` samples, then an exponential average of that reach."""
+        value, count = mean if mean is not None else (0.0, 0)
+        count += 1
+        return value + (sample - value) / min(count, self._half_life), count
 
     def ended(self, workflow: str) -> set[int]:
         """Forget a finished workflow; the slots that served it (its end event goes to each). Its conversations

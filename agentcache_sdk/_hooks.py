@@ -207,33 +207,43 @@ def _observe(
         if ticket is not None:
             ticket.done()
         return
-    prompt, cached = _count_usage(data)
+    prompt, cached, completion = _count_usage(data)
     if ticket is not None:
-        ticket.done(prompt, cached)
+        ticket.done(prompt, cached, completion)
     if tags is not None:
         for observer in list(observers):
             observer(sent_at, body, data, tags)
 
 
-def _usage_of(data: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(prompt tokens, cached prompt tokens) an answer reports, None where it does not."""
+def _usage_of(data: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """(prompt tokens, cached prompt tokens, output tokens) an answer reports, None where it does not."""
     usage = data.get("usage")
     if isinstance(usage, dict):  # OpenAI routes
-        details = usage.get("prompt_tokens_details") or {}
-        prompt, cached = usage.get("prompt_tokens"), details.get("cached_tokens")
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        prompt, cached, completion = (
+            usage.get("prompt_tokens"),
+            details.get("cached_tokens"),
+            usage.get("completion_tokens"),
+        )
     else:  # /generate
-        meta = data.get("meta_info") or {}
-        prompt, cached = meta.get("prompt_tokens"), meta.get("cached_tokens")
-    return (prompt if isinstance(prompt, int) else None), (cached if isinstance(cached, int) else None)
+        meta = data.get("meta_info")
+        meta = meta if isinstance(meta, dict) else {}
+        prompt, cached, completion = meta.get("prompt_tokens"), meta.get("cached_tokens"), meta.get("completion_tokens")
+    return _count(prompt), _count(cached), _count(completion)
 
 
-def _count_usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
-    prompt, cached = _usage_of(data)
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _count_usage(data: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    prompt, cached, completion = _usage_of(data)
     with _usage_lock:
         usage_totals["requests"] += 1
         usage_totals["prompt_tokens"] += prompt if isinstance(prompt, int) else 0
         usage_totals["cached_tokens"] += cached if isinstance(cached, int) else 0
-    return prompt, cached
+    return prompt, cached, completion
 
 
 def usage() -> dict[str, int]:

@@ -8,8 +8,9 @@ slot :class:`agentcache.routing.WorkflowAwareRouting` chooses for it: one
 instance per SDK process and server, behind a lock, that learns from what it
 routed and from the answers (each answer takes its request off the slot's
 queue; the usage's prompt tokens calibrate the characters-per-token estimate
-of later prompts, since the SDK sees text, not tokens; prompt and cached
-tokens are counted per slot, `routing_stats()`). The decision needs no
+of later prompts, since the SDK sees text, not tokens; its output tokens the
+agent's expected output, which sizes its homes; prompt and cached tokens are
+counted per slot, `routing_stats()`). The decision needs no
 server call beyond the cached worker listing.
 
 With ``routing="workflow-affinity"``, or against a plain server, the key is
@@ -67,9 +68,11 @@ class SlotRouter:
             self.counts[placement.slot].requests += 1
         return Ticket(self, placement, prompt if in_chars else None)
 
-    def answered(self, ticket: Ticket, prompt_tokens: int | None, cached_tokens: int | None) -> None:
+    def answered(
+        self, ticket: Ticket, prompt_tokens: int | None, cached_tokens: int | None, output_tokens: int | None
+    ) -> None:
         with self._lock:
-            self.routing.answered(ticket.placement)
+            self.routing.answered(ticket.placement, output_tokens)
             counts = self.counts[ticket.placement.slot]
             counts.answered += 1
             counts.prompt_tokens += prompt_tokens or 0
@@ -90,6 +93,9 @@ class SlotRouter:
                 "workers": self.workers,
                 "chars_per_token": self.chars_per_token,
                 "agent_slots": {agent: list(slots) for agent, slots in self.routing.agent_slots.items()},
+                "agent_expected_output_tokens": {
+                    agent: round(self.routing.expected_output(agent)) for agent in self.routing.agent_slots
+                },
                 "slots": [
                     {
                         "slot": i,
@@ -116,12 +122,14 @@ class Ticket:
     def key(self) -> str:
         return slot_key(self.placement.slot)
 
-    def done(self, prompt_tokens: int | None = None, cached_tokens: int | None = None) -> None:
+    def done(
+        self, prompt_tokens: int | None = None, cached_tokens: int | None = None, output_tokens: int | None = None
+    ) -> None:
         with self._lock:
             if self._done:
                 return
             self._done = True
-        self.router.answered(self, prompt_tokens, cached_tokens)
+        self.router.answered(self, prompt_tokens, cached_tokens, output_tokens)
 
 
 _routers: dict[str, SlotRouter] = {}

@@ -179,6 +179,30 @@ def test_workflow_aware_keeps_conversations_and_agents_together_within_its_bound
     assert routing.ended("request-1") == {first.slot}
 
 
+def test_workflow_aware_sizes_homes_by_kv_occupancy_learned_from_the_answers_not_by_prompt_tokens():
+    """A group chat's speaker selector re-reads a long prompt to write a few tokens; the coder writes hundreds.
+    Homes follow the KV memory each occupies (what it holds times how long it runs, with each agent's output
+    learned from the answers), so the selector, with twice the requests and prompt tokens, keeps one home and
+    the coder gets them all; with no output lengths reported, only the prompts' prefill holds memory."""
+    from agentcache.routing import WorkflowAwareRouting
+
+    def warm(routing, report_output):
+        for i in range(60):
+            for agent, output in (("selector", 4), ("selector", 4), ("coder", 400)):
+                placement = routing.choose(f"w{i}", agent, 3000, 2000)
+                routing.answered(placement, output if report_output else None)
+
+    routing = WorkflowAwareRouting(4, half_life=1e9)
+    warm(routing, report_output=True)
+    assert routing.expected_output("coder") == pytest.approx(400) and routing.expected_output("selector") == 4
+    assert routing.expected_output("newcomer") == pytest.approx(136, abs=1), "every agent's mean until its own"
+    assert len(routing.agent_slots["selector"]) == 1 and len(routing.agent_slots["coder"]) == 4
+
+    unreported = WorkflowAwareRouting(4, half_life=1e9)
+    warm(unreported, report_output=False)
+    assert len(unreported.agent_slots["selector"]) == 3 and len(unreported.agent_slots["coder"]) == 2
+
+
 def test_workflow_aware_on_a_small_busy_cluster(code_retry):
     """code-retry, 40 workflows at 4x their pace, 2 workers of 4x the mean prompt each, lru: workflow-aware
     caches more than pinning workflows and keeps load within its bound (it does not beat cache-aware on

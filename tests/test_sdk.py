@@ -268,6 +268,8 @@ def test_behind_a_cluster_each_request_carries_the_slot_the_workflow_aware_routi
         assert set(keys) == {"agentcache-worker-0", "agentcache-worker-1"}, "both slots, never a workflow id"
         stats = ac.routing_stats()
         assert stats["workers"] == 2 and stats["chars_per_token"] != 4.0, "calibrated on the answers' prompt tokens"
+        expected = stats["agent_expected_output_tokens"]
+        assert len(expected) == len(AGENTS) and set(expected.values()) == {2}, "learned from the answers' usage"
         for slot in stats["slots"]:
             assert slot["requests"] == slot["answered"] == keys.count(slot["key"]) and slot["in_flight"] == 0
             assert slot["prompt_tokens"] == 10 * slot["requests"] and slot["cached_tokens"] == 4 * slot["requests"]

@@ -302,8 +302,9 @@ class WorkflowAffinity(ModelledRouter):
 class WorkflowAware(ModelledRouter):
     """The client's WorkflowAwareRouting picks a slot; its key goes through the manual policy.
 
-    The client hears an answer when it arrives (at the request's finish); a workflow has at most one
-    request in flight (the replay sends its next one after the answer), so placements are kept per workflow.
+    The client hears an answer, and its output length, when it arrives (at the request's finish); a workflow
+    has at most one request in flight (the replay sends its next one after the answer), so placements are kept
+    per workflow.
     """
 
     def __init__(
@@ -319,7 +320,7 @@ class WorkflowAware(ModelledRouter):
         self.manual = ManualPolicy(workers)
         self._requests = requests  # the trace's requests, by index: whose answer a Served is
         self._pending: dict[str, Placement] = {}  # workflow -> its request in flight
-        self._answers: list[tuple[float, int, str]] = []  # (answered at, order, workflow)
+        self._answers: list[tuple[float, int, str, int]] = []  # (answered at, order, workflow, output tokens)
         self._order = itertools.count()
 
     def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
@@ -332,7 +333,8 @@ class WorkflowAware(ModelledRouter):
 
     def on_finish(self, served: Served) -> None:
         super().on_finish(served)
-        heapq.heappush(self._answers, (served.finished, next(self._order), self._requests[served.index].workflow))
+        workflow = self._requests[served.index].workflow
+        heapq.heappush(self._answers, (served.finished, next(self._order), workflow, served.output_tokens))
 
     def on_end(self, workflow: str, at: float) -> None:
         self._hear_answers(at)
@@ -340,8 +342,8 @@ class WorkflowAware(ModelledRouter):
 
     def _hear_answers(self, now: float) -> None:
         while self._answers and self._answers[0][0] <= now:
-            _, _, workflow = heapq.heappop(self._answers)
-            self.client.answered(self._pending.pop(workflow))
+            _, _, workflow, output_tokens = heapq.heappop(self._answers)
+            self.client.answered(self._pending.pop(workflow), output_tokens)
 
 
 def conversation_of(request: Request) -> str | None:
