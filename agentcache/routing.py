@@ -101,6 +101,8 @@ class WorkflowAwareRouting:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_imbalance < 1.0:
             raise ValueError(f"max_imbalance must be >= 1, got {max_imbalance}")
+        if not half_life >= 1.0:
+            raise ValueError(f"half_life must be >= 1 request, got {half_life}")
         self.max_imbalance = max_imbalance
         self.headroom = headroom
         self.slack = max(1, slack)
@@ -230,7 +232,8 @@ class WorkflowAwareRouting:
             self._mean_output = self._averaged(self._mean_output, output_tokens)
 
     def _averaged(self, mean: tuple[float, int] | None, sample: int) -> tuple[float, int]:
-        """A running mean of the first `half_life` samples, then an exponential average of that reach."""
+        """A running mean of the first `half_life` samples, then an exponential average weighing each new one
+        1 / half_life."""
         value, count = mean if mean is not None else (0.0, 0)
         count += 1
         return value + (sample - value) / min(count, self._half_life), count

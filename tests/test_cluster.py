@@ -202,6 +202,12 @@ def test_workflow_aware_sizes_homes_by_kv_occupancy_learned_from_the_answers_not
     warm(unreported, report_output=False)
     assert len(unreported.agent_slots["selector"]) == 3 and len(unreported.agent_slots["coder"]) == 2
 
+    # An answer without usage (a stream, an error) teaches nothing; a half-life under one request is refused.
+    routing.answered(routing.choose("w-stream", "coder", 3000, 2000))
+    assert routing.expected_output("coder") == pytest.approx(400)
+    with pytest.raises(ValueError, match="half_life must be >= 1 request"):
+        WorkflowAwareRouting(2, half_life=0.5)
+
 
 def test_workflow_aware_on_a_small_busy_cluster(code_retry):
     """code-retry, 40 workflows at 4x their pace, 2 workers of 4x the mean prompt each, lru: workflow-aware

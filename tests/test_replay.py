@@ -145,6 +145,16 @@ def test_a_request_counts_once_on_each_node_it_inserts_whether_or_not_its_prompt
     assert counts[0] == counts[1] == [1, 1, 1]  # fixed prompt, task, output: one insert each
 
 
+def test_ends_at_finds_a_node_boundary_at_a_depth_and_nowhere_else():
+    from types import SimpleNamespace
+
+    from agentcache.engine.adapter import ends_at
+
+    path = [SimpleNamespace(key=[0] * n) for n in (4, 8, 4)]  # nodes ending 4, 12 and 16 tokens in
+    assert [d for d in range(-1, 20) if ends_at(path, d)] == [-1, 0, 4, 12, 16]
+    assert ends_at([], 0) and not ends_at([], 3)
+
+
 def test_a_fixed_prompt_boundary_made_once_costs_no_further_insert():
     """The boundary at an agent's fixed prompt is made by the first request that needs it; later requests that
     find it made do not re-walk the tree to split there (SGLang's own prompt split aside), and keep it."""

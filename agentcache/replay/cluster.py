@@ -320,7 +320,7 @@ class WorkflowAware(ModelledRouter):
         self.manual = ManualPolicy(workers)
         self._requests = requests  # the trace's requests, by index: whose answer a Served is
         self._pending: dict[str, Placement] = {}  # workflow -> its request in flight
-        self._answers: list[tuple[float, int, str, int]] = []  # (answered at, order, workflow, output tokens)
+        self._answers: list[tuple[float, int, str, int | None]] = []  # (answered at, order, workflow, output tokens)
         self._order = itertools.count()
 
     def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
@@ -334,7 +334,8 @@ class WorkflowAware(ModelledRouter):
     def on_finish(self, served: Served) -> None:
         super().on_finish(served)
         workflow = self._requests[served.index].workflow
-        heapq.heappush(self._answers, (served.finished, next(self._order), workflow, served.output_tokens))
+        output_tokens = served.output_tokens if served.admitted else None  # a refused request: an error, no usage
+        heapq.heappush(self._answers, (served.finished, next(self._order), workflow, output_tokens))
 
     def on_end(self, workflow: str, at: float) -> None:
         self._hear_answers(at)
