@@ -241,8 +241,8 @@ def _count_usage(data: dict[str, Any]) -> tuple[int | None, int | None, int | No
     prompt, cached, completion = _usage_of(data)
     with _usage_lock:
         usage_totals["requests"] += 1
-        usage_totals["prompt_tokens"] += prompt if isinstance(prompt, int) else 0
-        usage_totals["cached_tokens"] += cached if isinstance(cached, int) else 0
+        usage_totals["prompt_tokens"] += prompt or 0
+        usage_totals["cached_tokens"] += cached or 0
     return prompt, cached, completion
 
 
