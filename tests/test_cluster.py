@@ -563,3 +563,70 @@ def test_workflow_affinity_keeps_each_workflow_on_one_worker_and_the_sdk_ends_it
     assert sum(a["tagged_requests"] - b["tagged_requests"] for a, b in zip(after, before)) == 6
     # each end reached the worker that held its workflow
     assert sum(a["ended_workflows"] - b["ended_workflows"] for a, b in zip(after, before)) == 2
+
+
+def test_a_request_whose_cached_prefix_leaves_too_few_slots_waits_for_them_and_is_not_refused():
+    """SGLang pins a waiting request's cached prefix before it counts the evictable slots (schedule_policy's
+    add_one_req): a prefix the request holds cannot also be evicted to make room for the rest of it. Such a
+    request waits for the running ones to finish; only a request larger than the whole cache is refused."""
+    from agentcache.replay.runner import PreparedTrace
+    from agentcache.replay.serving import serve_trace
+    from agentcache.trace import End, Meta, Request, Segment, Trace
+
+    shared = (Segment("sys", 10), Segment("context", 490))
+    events = [
+        Request(0.0, "a", "writer", shared, 1, 1),  # leaves 500 tokens cached, evictable once it is done
+        Request(1.0, "b", "other", (Segment("long", 440),), 1, 10),  # runs while c arrives: 449 slots held
+        Request(1.0001, "c", "writer", (*shared, Segment("more", 140)), 1, 10),  # 500 cached, 149 more to hold
+        End(2.0, "a"),
+        End(2.0, "b"),
+        End(2.0, "c"),
+    ]
+    result = serve_trace(PreparedTrace(Trace(Meta(name="pinned-prefix"), events)), "lru", 1000)
+    a, b, c = sorted(result.served, key=lambda s: s.index)
+    assert c.admitted, "c fits once b is done: it waits, as SGLang's scheduler keeps it in the queue"
+    assert c.admitted_at >= b.finished
+    assert c.hit_tokens == 500
+
+
+def test_a_waiting_request_pins_only_the_tokens_it_matched_not_the_rest_of_their_node():
+    """A match that ends inside a cached node splits it (SGLang's match_prefix), so the node's unmatched tail
+    stays evictable and makes room for the request at once."""
+    from agentcache.replay.runner import PreparedTrace
+    from agentcache.replay.serving import serve_trace
+    from agentcache.trace import End, Meta, Request, Segment, Trace
+
+    events = [
+        Request(0.0, "a", "writer", (Segment("brief", 100), Segment("draft", 500)), 0, 1),  # one 600-token node
+        Request(1.0, "b", "other", (Segment("long", 290),), 0, 10),  # 299 slots held while c arrives: 101 free
+        Request(1.0001, "c", "editor", (Segment("brief", 100), Segment("notes", 400)), 0, 1),  # 100 cached, 400 more
+        End(2.0, "a"),
+        End(2.0, "b"),
+        End(2.0, "c"),
+    ]
+    result = serve_trace(PreparedTrace(Trace(Meta(name="partial-match"), events)), "lru", 1000)
+    a, b, c = sorted(result.served, key=lambda s: s.index)
+    assert c.admitted and c.hit_tokens == 100
+    assert c.admitted_at < b.finished, "the draft's 500 tokens are evictable: c need not wait for b"
+
+
+def test_a_prefill_batch_budgets_the_tokens_it_computes_not_those_it_reads_from_cache():
+    """SGLang's prefill budget (rem_input_tokens) counts each request's uncached tokens: two requests that read
+    a long cached prefix and compute little share one prefill batch."""
+    from agentcache.replay.runner import PreparedTrace
+    from agentcache.replay.serving import serve_trace
+    from agentcache.trace import End, Meta, Request, Segment, Trace
+
+    manual = Segment("manual", 9000)  # longer than the budget: cached, it costs the batch nothing
+    events = [
+        Request(0.0, "a", "reader", (manual,), 1, 1),  # caches the manual
+        Request(10.0, "b", "reader", (manual, Segment("question-b", 100)), 1, 5),
+        Request(10.0, "c", "reader", (manual, Segment("question-c", 100)), 1, 5),
+        End(20.0, "a"),
+        End(20.0, "b"),
+        End(20.0, "c"),
+    ]
+    result = serve_trace(PreparedTrace(Trace(Meta(name="cached-manual"), events)), "lru", 20_000, prefill_budget=8192)
+    a, b, c = sorted(result.served, key=lambda s: s.index)
+    assert min(b.hit_tokens, c.hit_tokens) >= 8999
+    assert b.admitted_at == c.admitted_at and b.first_token == c.first_token, "one prefill batch of 202 new tokens"

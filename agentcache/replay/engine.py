@@ -287,11 +287,22 @@ class ReplayCache:
             self.stats.evicted_tokens += slots.evicted_tokens
         return Admission(enc, tags, tokens, slots.values, lock, hit, loaded, prefetched, cached)
 
-    def fits(self, enc: EncodedRequest) -> bool:
-        """Whether admitting `enc` now would find the slots it needs (free and evictable), as SGLang checks."""
-        key = RadixKey(array("q", enc.tokens[: enc.prompt_len - 1]))
-        matched, _node, _pinned = self.cache.tree_core.match_full_device_prefix(key)
-        return len(enc.tokens) - 1 - matched <= self.allocator.available_size() + self.cache.evictable_size()
+    def admissible(self, enc: EncodedRequest) -> int | None:
+        """The prompt tokens `enc` would compute if admitted now; None if the slots it needs (free and evictable)
+        are not there, counted as SGLang counts them: with its cached prefix pinned, which the request holds
+        and so cannot evict to make room for the rest."""
+        # SGLang matches a waiting request at every scheduling round; the match splits the node it ends in, so
+        # only the matched tokens are pinned.
+        match = self.cache.match_prefix(
+            MatchPrefixParams(key=RadixKey(array("q", enc.tokens[: enc.prompt_len]), limit=enc.prompt_len - 1))
+        )
+        pin = self.cache.lock(match.last_device_node)
+        try:
+            room = self.allocator.available_size() + self.cache.evictable_size()
+        finally:
+            self.cache.unlock(pin)
+        cached = match.device_prefix_len
+        return enc.prompt_len - cached if len(enc.tokens) - 1 - cached <= room else None
 
     def checkpoint(self, admission: Admission, now: float) -> Admission:
         """What SGLang does once a request's prompt is computed (``cache_unfinished_req``): the prompt enters

@@ -11,10 +11,19 @@ engine layer the plugin also uses) under a model of SGLang 0.5.23's scheduler:
   before the previous request of its workflow finished: a client waits for
   the answer before its next call;
 - each worker's waiting queue is admitted first come, first served, into
-  prefill batches of at most `prefill_budget` new tokens, as long as the KV
-  pool can hold the request (free and evictable slots, as SGLang checks);
-  admission holds the matched prefix and allocates the rest, evicting by the
-  policy (``ReplayCache.admit``);
+  prefill batches of at most `prefill_budget` tokens computed (a cached
+  prefix is not counted; a longer prompt is prefilled alone, where SGLang
+  would chunk it), as long as the KV pool can hold the request (free and
+  evictable slots, counted as SGLang counts them: with the request's cached
+  prefix pinned, ``ReplayCache.admissible``); a request that does not fit
+  waits at the head of the queue, and only one larger than the whole cache
+  is refused; admission holds the matched prefix and allocates the rest of
+  the prompt and the whole output, evicting by the policy
+  (``ReplayCache.admit``). SGLang allocates output one decode step at a
+  time, admitting against an estimate of what the running requests will
+  still write (``new_token_ratio``) and retracting requests when decode runs
+  out of slots: the model evicts cached prefixes sooner than SGLang, and
+  never retracts;
 - a step is a prefill batch when one can be formed, else one decode step of
   every running request; its duration comes from the cost model
   (``CostModel.prefill_batch_s``, ``CostModel.decode_step_s``); a prefill
@@ -163,15 +172,17 @@ class Worker:
         new_tokens = 0
         while self.waiting:
             served, enc, tags = self.waiting[0]
-            if batch and new_tokens + served.prompt_tokens > self.prefill_budget:
-                break
             if self.max_running is not None and len(self.running) + len(batch) >= self.max_running:
                 break
             if served is self._blocked:
                 break
-            if not self.cache.fits(enc) and (batch or self.running):
+            computed = self.cache.admissible(enc)
+            if computed is None and (batch or self.running):
                 self._blocked = served
                 break  # waits for running requests to finish and free their slots
+            # The budget counts what a prefill computes, not what it reads from cache (SGLang's rem_input_tokens).
+            if batch and computed is not None and new_tokens + computed > self.prefill_budget:
+                break
             self.waiting.popleft()
             self.queued_tokens -= served.prompt_tokens
             admission = self.cache.admit(enc, tags)
