@@ -630,3 +630,64 @@ def test_a_prefill_batch_budgets_the_tokens_it_computes_not_those_it_reads_from_
     a, b, c = sorted(result.served, key=lambda s: s.index)
     assert min(b.hit_tokens, c.hit_tokens) >= 8999
     assert b.admitted_at == c.admitted_at and b.first_token == c.first_token, "one prefill batch of 202 new tokens"
+
+
+def _serve_on_one_worker(events, capacity: int, policy: str = "lru"):
+    """The timed replay of `events` on one worker; the result and that worker (for its cache after the run)."""
+    from agentcache.replay.runner import PreparedTrace
+    from agentcache.replay.serving import serve_trace
+    from agentcache.trace import Meta, Trace
+
+    pool = []
+
+    def router(_request, _enc, workers, _now):
+        pool[:] = workers
+        return 0
+
+    result = serve_trace(PreparedTrace(Trace(Meta(name="one-worker"), events)), policy, capacity, router=router)
+    return result, pool[0]
+
+
+def test_output_slots_are_taken_a_decode_step_at_a_time_so_a_cached_prefix_outlives_the_admission():
+    """SGLang allocates a request's prompt at its prefill and its output one token per decode step; a model that
+    takes the whole output at admission evicts cached prefixes that SGLang still holds."""
+    from agentcache.trace import End, Request, Segment
+
+    brief = Segment("brief", 600)
+    events = [
+        Request(0.0, "a", "writer", (brief,), 0, 1),  # 600 cached: 600 of 1,200 slots free
+        Request(1.0, "b", "other", (Segment("long", 200),), 0, 500),  # 200 now, 499 more over 499 decode steps
+        Request(1.05, "c", "writer", (brief, Segment("question", 10)), 0, 1),  # b is decoding: the brief is there
+        End(9.0, "a"),
+        End(9.0, "b"),
+        End(9.0, "c"),
+    ]
+    result, worker = _serve_on_one_worker(events, 1200)
+    a, b, c = sorted(result.served, key=lambda s: s.index)
+    assert c.admitted_at < b.finished, "c joined while b decoded"
+    assert c.hit_tokens == 600, "b's admission did not evict the brief for output it had not written yet"
+    assert worker.cache.room() == 1200, "every slot is free or evictable again: none leaked, none held"
+
+
+def test_decode_that_runs_out_of_slots_retracts_the_request_that_wrote_least_and_serves_it_later():
+    """Admissions count only a share of what running requests will still write (SGLang's new_token_ratio), so
+    decode can run out of slots; SGLang then puts back in the queue the request that generated least, frees its
+    output, and prefills it again later. Every request is served, and no slot leaks."""
+    from agentcache.trace import End, Request, Segment
+
+    events = [
+        Request(0.0, "a", "one", (Segment("a", 300),), 0, 400),
+        Request(0.0, "b", "two", (Segment("b", 300),), 0, 400),
+        Request(0.05, "c", "three", (Segment("c", 300),), 0, 400),  # admitted against a share of a's and b's rest
+        End(60.0, "a"),
+        End(60.0, "b"),
+        End(60.0, "c"),
+    ]
+    result, worker = _serve_on_one_worker(events, 2000)
+    a, b, c = sorted(result.served, key=lambda s: s.index)
+    assert all(s.admitted for s in (a, b, c))
+    assert c.admitted_at < a.finished, "c was admitted while a and b decoded"
+    assert (a.retracted, b.retracted, c.retracted) == (0, 0, 1)
+    assert c.finished > max(a.finished, b.finished)
+    assert result.summary()["retracted_requests"] == 1
+    assert worker.cache.room() == 2000, "every slot is free or evictable again: none leaked, none held"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -183,6 +184,16 @@ class Slots(NamedTuple):
 def allocate(cache: UnifiedRadixCache, anchor: Any, cached: int, need: int) -> Slots | None:
     """Slots for a request whose first `cached` tokens end at `anchor` (held) and `need` tokens more, evicting as
     SGLang's allocation does; None, with nothing evicted, when free and evictable slots together are too few."""
+    fresh = allocate_fresh(cache, need)
+    if fresh is None:
+        return None
+    prefix = cache.path_device_indices(anchor)[:cached]
+    return Slots(torch.cat([prefix.to(torch.int64), fresh.values.to(torch.int64)]), fresh.evicted_tokens)
+
+
+def allocate_fresh(cache: UnifiedRadixCache, need: int) -> Slots | None:
+    """`need` free slots, evicting as SGLang's allocation does; None, with nothing evicted, when free and evictable
+    slots together are too few."""
     allocator = cache.token_to_kv_pool_allocator
     if need > allocator.available_size() + cache.evictable_size():
         return None
@@ -193,8 +204,7 @@ def allocate(cache: UnifiedRadixCache, anchor: Any, cached: int, need: int) -> S
     fresh = allocator.alloc(need)
     if fresh is None:
         raise RuntimeError(f"allocation of {need} slots failed after eviction; the cache's accounting is broken")
-    prefix = cache.path_device_indices(anchor)[:cached]
-    return Slots(torch.cat([prefix.to(torch.int64), fresh.to(torch.int64)]), evicted)
+    return Slots(fresh, evicted)
 
 
 class SGLangAloneCache:
@@ -261,11 +271,14 @@ class ReplayCache:
         cache.ready_to_load_host_cache()
         return match.device_prefix_len, loaded, match.best_match_node
 
-    def admit(self, enc: EncodedRequest, tags: Tags) -> Admission | None:
+    def admit(self, enc: EncodedRequest, tags: Tags, *, output: bool = True) -> Admission | None:
         """What SGLang's scheduler does when it admits a request to a prefill batch: match its prompt, hold
-        the matched prefix, and allocate slots for the rest (prompt and output), evicting what it must.
+        the matched prefix, and allocate slots for the rest of the prompt and, with `output`, for the whole
+        output at once (the untimed replay, which finishes the request at once; the timed one allocates output
+        a decode step at a time, `decode_slots`), evicting what it must.
 
-        None when even an empty cache could not hold it (the scheduler would never admit it; counted).
+        None when the free and evictable slots cannot hold it (the untimed replay: not even an empty cache
+        could; counted).
         """
         cache = self.cache
         tokens = array("q", enc.tokens)
@@ -275,7 +288,7 @@ class ReplayCache:
         lock = cache.lock(anchor)
         self.policy.on_admit(tags)
         prefetched = take_prefetched(path_nodes(cache, anchor))
-        slots = allocate(cache, anchor, cached, kv_len - cached)
+        slots = allocate(cache, anchor, cached, (kv_len if output else enc.prompt_len) - cached)
         if slots is None:
             cache.unlock(lock)
             if self.host_tier:
@@ -287,10 +300,11 @@ class ReplayCache:
             self.stats.evicted_tokens += slots.evicted_tokens
         return Admission(enc, tags, tokens, slots.values, lock, hit, loaded, prefetched, cached)
 
-    def admissible(self, enc: EncodedRequest) -> int | None:
-        """The prompt tokens `enc` would compute if admitted now; None if the slots it needs (free and evictable)
-        are not there, counted as SGLang counts them: with its cached prefix pinned, which the request holds
-        and so cannot evict to make room for the rest."""
+    def admissible(self, enc: EncodedRequest, output_tokens: int, reserved: float) -> int | None:
+        """The prompt tokens `enc` would compute if admitted now; None if the free and evictable slots, less
+        `reserved` (what the running requests are expected to write still), cannot hold the rest of its prompt
+        and its `output_tokens`. Counted as SGLang counts them (schedule_policy's add_one_req): with the
+        request's cached prefix pinned, which it holds and so cannot evict to make room for the rest."""
         # SGLang matches a waiting request at every scheduling round; the match splits the node it ends in, so
         # only the matched tokens are pinned.
         match = self.cache.match_prefix(
@@ -298,11 +312,39 @@ class ReplayCache:
         )
         pin = self.cache.lock(match.last_device_node)
         try:
-            room = self.allocator.available_size() + self.cache.evictable_size()
+            room = self.room()
         finally:
             self.cache.unlock(pin)
-        cached = match.device_prefix_len
-        return enc.prompt_len - cached if len(enc.tokens) - 1 - cached <= room else None
+        computed = enc.prompt_len - match.device_prefix_len
+        return computed if computed + output_tokens <= room - reserved else None
+
+    def room(self) -> int:
+        """Free and evictable slots."""
+        return self.allocator.available_size() + self.cache.evictable_size()
+
+    def decode_slots(self, count: int) -> list[int] | None:
+        """One slot for each of `count` running requests' next decode step, evicting by the policy as SGLang's
+        alloc_for_decode does; None, with nothing evicted, when free and evictable slots are too few."""
+        slots = allocate_fresh(self.cache, count)
+        if slots is None:
+            return None
+        if slots.evicted_tokens is not None:
+            self.stats.evict_calls += 1
+            self.stats.evicted_tokens += slots.evicted_tokens
+        return slots.values.tolist()
+
+    def retract(self, admission: Admission, output_slots: Sequence[int], keep_free: int) -> None:
+        """What SGLang does to a running request when decode runs out of slots (``release_req``): its output
+        so far is freed without entering the tree, its hold on the prompt (in the tree since its prefill) is
+        released, and the tree is evicted until `keep_free` slots are free for the requests that go on."""
+        if output_slots:
+            self.allocator.free(torch.tensor(output_slots, dtype=torch.int64))
+        self.cache.unlock(admission.lock)
+        shortfall = min(keep_free - self.allocator.available_size(), self.cache.evictable_size())
+        if shortfall > 0:
+            evicted = self.cache.evict_for_alloc(EvictParams(num_tokens=shortfall)).num_tokens_evicted
+            self.stats.evict_calls += 1
+            self.stats.evicted_tokens += evicted
 
     def checkpoint(self, admission: Admission, now: float) -> Admission:
         """What SGLang does once a request's prompt is computed (``cache_unfinished_req``): the prompt enters
@@ -325,22 +367,24 @@ class ReplayCache:
         self.policy.tag_path(path, admission.tags, now, None)
         return admission._replace(values=values, lock=lock, owned=enc.prompt_len, inserted=enc.prompt_len)
 
-    def finish(self, admission: Admission, now: float) -> None:
+    def finish(self, admission: Admission, now: float, output_slots: Sequence[int] = ()) -> None:
         """What SGLang does when the request finishes: insert prompt and output into the tree, node boundaries
-        at the prompt's end and at the fixed prompt's, release the held prefix, and tag the path."""
+        at the prompt's end and at the fixed prompt's, release the held prefix, and tag the path. `output_slots`:
+        the output's slots where they were allocated a decode step at a time, after the admission's."""
         cache, enc = self.cache, admission.enc
         key = RadixKey(admission.tokens[: len(admission.tokens) - 1])
         cached = admission.hit_tokens + admission.loaded_tokens
+        values = admission.values
+        if output_slots:
+            values = torch.cat([values, torch.tensor(output_slots, dtype=torch.int64)])
         try:
             inserted = cache.insert(
-                InsertParams(
-                    key=key, value=admission.values, prev_prefix_len=admission.owned, inserted_len=admission.inserted
-                )
+                InsertParams(key=key, value=values, prev_prefix_len=admission.owned, inserted_len=admission.inserted)
             )
-            split_at(cache, key, admission.values, enc.prompt_len, priority=1)
+            split_at(cache, key, values, enc.prompt_len, priority=1)
             path = path_nodes(cache, inserted.last_device_node)
             if not ends_at(path, enc.fixed_len):
-                split_at(cache, key, admission.values, enc.fixed_len)
+                split_at(cache, key, values, enc.fixed_len)
                 path = path_nodes(cache, inserted.last_device_node)
             self.policy.tag_path(path, admission.tags, now, cached, enc.prompt_len)
         finally:

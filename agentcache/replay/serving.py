@@ -17,13 +17,19 @@ engine layer the plugin also uses) under a model of SGLang 0.5.23's scheduler:
   evictable slots, counted as SGLang counts them: with the request's cached
   prefix pinned, ``ReplayCache.admissible``); a request that does not fit
   waits at the head of the queue, and only one larger than the whole cache
-  is refused; admission holds the matched prefix and allocates the rest of
-  the prompt and the whole output, evicting by the policy
-  (``ReplayCache.admit``). SGLang allocates output one decode step at a
-  time, admitting against an estimate of what the running requests will
-  still write (``new_token_ratio``) and retracting requests when decode runs
-  out of slots: the model evicts cached prefixes sooner than SGLang, and
-  never retracts;
+  is refused. The output is counted whole for the request admitted, and for
+  the running requests as SGLang counts it: a share of what each may still
+  write (``new_token_ratio``: 0.7, falling to 0.098 over 600 decode steps;
+  a request's max_new_tokens is taken to be its output length, as
+  ``agentcache bench`` sends it);
+  admission holds the matched prefix and allocates the rest of the prompt,
+  evicting by the policy (``ReplayCache.admit``);
+- a decode step allocates one slot per running request, evicting by the
+  policy; where the free and evictable slots are too few, the requests that
+  generated least are retracted (their output freed, back to the queue, to
+  be prefilled again with what they wrote; its hits are those of its first
+  prefill) until the rest fit, and the share is re-estimated, as SGLang's
+  ``retract_decode`` does;
 - a step is a prefill batch when one can be formed, else one decode step of
   every running request; its duration comes from the cost model
   (``CostModel.prefill_batch_s``, ``CostModel.decode_step_s``); a prefill
@@ -49,7 +55,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy import PolicySpec, WorkflowRegistry
@@ -61,6 +67,13 @@ from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import End, Request
 
 DEFAULT_PREFILL_BUDGET = 8192  # SGLang's chunked-prefill size for an 8B model on one H100
+# SGLang 0.5.23's defaults (environ.py, NewTokenRatioTracker): an admission counts this share of what each running
+# request may still write, a share that falls to its 0.14th over 600 decode steps, is re-estimated when decode runs
+# out of slots, and starts again when the worker goes idle.
+NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20  # decode steps' slots freed per remaining request when requests are retracted
 
 
 @dataclass
@@ -78,6 +91,7 @@ class Served:
     first_token: float = math.nan
     finished: float = math.nan
     admitted: bool = True
+    retracted: int = 0  # times decode ran out of slots and put it back in the queue (re-prefilled later)
 
     @property
     def ttft_s(self) -> float:
@@ -94,6 +108,14 @@ class _Running:
     admission: Admission
     context: int  # tokens of KV the request reads per decode step
     left: int  # output tokens still to generate
+    output_slots: list[int] = field(default_factory=list)  # allocated a decode step at a time
+
+
+class _Waiting(NamedTuple):
+    served: Served
+    enc: EncodedRequest  # a retracted request's prompt includes what it generated before (it is re-prefilled)
+    tags: Tags
+    left: int  # output tokens still to generate
 
 
 class Worker:
@@ -107,15 +129,17 @@ class Worker:
         self.cost = cost
         self.prefill_budget = prefill_budget
         self.max_running = max_running  # requests a batch may hold at once (SGLang's max_running_requests)
-        self.waiting: deque[tuple[Served, EncodedRequest, Tags]] = deque()
+        self.waiting: deque[_Waiting] = deque()
+        self.new_token_ratio = NEW_TOKEN_RATIO
         self.running: list[_Running] = []
         self.busy_until = 0.0  # end of the step in progress
         self.busy_s = 0.0  # time spent in steps so far
         self.queued_tokens = 0  # prompt tokens waiting (the load a router sees)
         self.served: list[Served] = []
         self._refused: list[Served] = []
-        # The queue's head when it did not fit: it cannot fit before a request finishes or a prefill batch
-        # checkpoints (which frees the slots of prompts another request cached first), so it is not re-checked.
+        # The queue's head when it did not fit: it cannot fit before a request finishes or is retracted, or a
+        # prefill batch checkpoints (which frees the slots of prompts another request cached first), so it is not
+        # re-checked (decode steps only take slots).
         self._blocked: Served | None = None
 
     @property
@@ -127,7 +151,7 @@ class Worker:
         return not self.waiting and not self.running
 
     def enqueue(self, served: Served, enc: EncodedRequest, tags: Tags) -> None:
-        self.waiting.append((served, enc, tags))
+        self.waiting.append(_Waiting(served, enc, tags, served.output_tokens))
         self.queued_tokens += served.prompt_tokens
         self.served.append(served)
 
@@ -135,23 +159,30 @@ class Worker:
         """Run one scheduler step starting at `now`; the requests it finished. Sets `busy_until`."""
         batch = self._admit(now)
         if batch:
-            new_and_context = [(r.served.prompt_tokens - r.context, r.context) for r in batch]
+            new_and_context = [(r.admission.enc.prompt_len - r.context, r.context) for r in batch]
             self.busy_until = now + self.cost.prefill_batch_s(new_and_context)
             for r in batch:
-                r.served.admitted_at = now
-                r.served.first_token = self.busy_until
-                r.context = r.served.prompt_tokens
-                r.left -= 1  # a prefill step samples the first output token
+                if math.isnan(r.served.first_token):  # a retracted request's re-prefill emits no first token
+                    r.served.admitted_at = now
+                    r.served.first_token = self.busy_until
+                r.context = r.admission.enc.prompt_len
+                r.left -= 1  # a prefill step samples the next output token
                 r.admission = self.cache.checkpoint(r.admission, r.served.arrival)
             self.running.extend(batch)
             self._blocked = None
         elif self.running:
+            self._make_room_to_decode()
+            slots = self.cache.decode_slots(len(self.running))
+            assert slots is not None, "retraction leaves room for one decode step"
             self.busy_until = now + self.cost.decode_step_s(len(self.running), sum(r.context for r in self.running))
-            for r in self.running:
+            for r, slot in zip(self.running, slots):
+                r.output_slots.append(slot)
                 r.context += 1
                 r.left -= 1
         else:
             self.busy_until = now
+            if not self.waiting:
+                self.new_token_ratio = NEW_TOKEN_RATIO
         self.busy_s += self.busy_until - now
         refused, self._refused = self._refused, []
         done = [r for r in self.running if r.left <= 0]
@@ -160,8 +191,33 @@ class Worker:
             self.running = [r for r in self.running if r.left > 0]
             for r in done:
                 r.served.finished = self.busy_until
-                self.cache.finish(r.admission, r.served.arrival)
+                self.cache.finish(r.admission, r.served.arrival, r.output_slots)
         return refused + [r.served for r in done]
+
+    def _make_room_to_decode(self) -> None:
+        """SGLang's retract_decode: where the free and evictable slots cannot take one more token of every running
+        request, put back in the queue those that generated least (then those with the longest prompts) until
+        they can; their output so far is freed, to be computed again. The share of the running requests'
+        remaining output that admissions count is then re-estimated; else it decays."""
+        if self.cache.room() >= len(self.running):
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            return
+        keep = sorted(self.running, key=lambda r: (r.served.output_tokens - r.left, -r.served.prompt_tokens))
+        keep.reverse()  # most preferred first: the last is retracted first
+        while len(keep) > 1 and (len(keep) == len(self.running) or self.cache.room() < len(keep)):
+            r = keep.pop()
+            self.cache.retract(r.admission, r.output_slots, len(keep) * RETRACT_DECODE_STEPS)
+            generated = r.served.output_tokens - r.left
+            enc = r.admission.enc._replace(prompt_len=r.served.prompt_tokens + generated)
+            r.served.retracted += 1
+            self.waiting.append(_Waiting(r.served, enc, r.admission.tags, r.left))
+            self.queued_tokens += enc.prompt_len
+        kept = {id(r) for r in keep}
+        self.running = [r for r in self.running if id(r) in kept]
+        decoded = sum(r.served.output_tokens - r.left for r in keep)
+        wanted = sum(r.served.output_tokens for r in keep)
+        self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (wanted + 1))
+        self._blocked = None
 
     def _admit(self, now: float) -> list[_Running]:
         """A prefill batch, first come first served, within the token budget and what the KV pool can hold.
@@ -170,31 +226,39 @@ class Worker:
         """
         batch: list[_Running] = []
         new_tokens = 0
+        # What the running requests are expected to write still; a request admitted to this batch counts whole.
+        reserved = sum(r.left for r in self.running) * self.new_token_ratio
         while self.waiting:
-            served, enc, tags = self.waiting[0]
+            served, enc, tags, left = self.waiting[0]
             if self.max_running is not None and len(self.running) + len(batch) >= self.max_running:
                 break
             if served is self._blocked:
                 break
-            computed = self.cache.admissible(enc)
-            if computed is None and (batch or self.running):
-                self._blocked = served
-                break  # waits for running requests to finish and free their slots
-            # The budget counts what a prefill computes, not what it reads from cache (SGLang's rem_input_tokens).
-            if batch and computed is not None and new_tokens + computed > self.prefill_budget:
-                break
-            self.waiting.popleft()
-            self.queued_tokens -= served.prompt_tokens
-            admission = self.cache.admit(enc, tags)
-            if admission is None:  # more than the whole cache: never admitted
+            computed = self.cache.admissible(enc, left, reserved)
+            if computed is None:
+                if batch or self.running:
+                    self._blocked = served
+                    break  # waits for running requests to finish and free their slots
+                self.waiting.popleft()  # more than the whole cache: never admitted
+                self.queued_tokens -= enc.prompt_len
+                self.cache.stats.oversized += 1
                 served.admitted = False
                 served.finished = now
                 self._refused.append(served)
                 continue
-            served.hit_tokens, served.loaded_tokens = admission.hit_tokens, admission.loaded_tokens
+            # The budget counts what a prefill computes, not what it reads from cache (SGLang's rem_input_tokens).
+            if batch and new_tokens + computed > self.prefill_budget:
+                break
+            self.waiting.popleft()
+            self.queued_tokens -= enc.prompt_len
+            admission = self.cache.admit(enc, tags, output=False)
+            assert admission is not None, "admissible() found the slots"
             cached = admission.hit_tokens + admission.loaded_tokens
-            new_tokens += served.prompt_tokens - cached
-            batch.append(_Running(served, admission, cached, served.output_tokens))
+            if not served.retracted:  # what the request found cached when it came (not on a re-prefill)
+                served.hit_tokens, served.loaded_tokens = admission.hit_tokens, admission.loaded_tokens
+            new_tokens += enc.prompt_len - cached
+            reserved += left
+            batch.append(_Running(served, admission, cached, left))
         return batch
 
 
@@ -228,6 +292,7 @@ class ServingResult:
         return {
             "requests": len(rows),
             "oversized_requests": len(rows) - len(done),
+            "retracted_requests": sum(s.retracted > 0 for s in done),
             "prompt_tokens": prompt,
             "hit_tokens": hits,
             "hit_rate": hits / prompt if prompt else 0.0,
