@@ -1,6 +1,6 @@
 """Scale-out under load: every routing over N = 2, 4, 8 modelled SGLang workers, in the timed replay.
 
-    nice -n 19 .venv/bin/python benchmarks/cluster.py          # about 11 minutes on 2 busy cores
+    nice -n 19 .venv/bin/python benchmarks/cluster.py          # about 26 minutes on 2 cores
 
 Per trace and N, arrivals are compressed (`time_scale`) until round-robin
 keeps the workers about 90% busy, then every routing serves the trace at that
