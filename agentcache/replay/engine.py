@@ -86,6 +86,12 @@ class CacheStats:
     evicted_tokens: int = 0
     oversized: int = 0
 
+    def count_eviction(self, evicted_tokens: int | None) -> None:
+        """An allocation or a retraction that evicted `evicted_tokens` (None: it evicted nothing, not counted)."""
+        if evicted_tokens is not None:
+            self.evict_calls += 1
+            self.evicted_tokens += evicted_tokens
+
 
 def _host_tier_args(capacity: int, host_capacity: int) -> Any:
     """HiCache reads its settings from SGLang's published server args: publish what a replay needs."""
@@ -295,9 +301,7 @@ class ReplayCache:
                 cache.check_hicache_events()  # a load back started by the match completes all the same
             self.stats.oversized += 1
             return None
-        if slots.evicted_tokens is not None:
-            self.stats.evict_calls += 1
-            self.stats.evicted_tokens += slots.evicted_tokens
+        self.stats.count_eviction(slots.evicted_tokens)
         return Admission(enc, tags, tokens, slots.values, lock, hit, loaded, prefetched, cached)
 
     def admissible(self, enc: EncodedRequest, output_tokens: int, reserved: float) -> int | None:
@@ -328,9 +332,7 @@ class ReplayCache:
         slots = allocate_fresh(self.cache, count)
         if slots is None:
             return None
-        if slots.evicted_tokens is not None:
-            self.stats.evict_calls += 1
-            self.stats.evicted_tokens += slots.evicted_tokens
+        self.stats.count_eviction(slots.evicted_tokens)
         return slots.values.tolist()
 
     def retract(self, admission: Admission, output_slots: Sequence[int], keep_free: int) -> None:
@@ -342,9 +344,7 @@ class ReplayCache:
         self.cache.unlock(admission.lock)
         shortfall = min(keep_free - self.allocator.available_size(), self.cache.evictable_size())
         if shortfall > 0:
-            evicted = self.cache.evict_for_alloc(EvictParams(num_tokens=shortfall)).num_tokens_evicted
-            self.stats.evict_calls += 1
-            self.stats.evicted_tokens += evicted
+            self.stats.count_eviction(self.cache.evict_for_alloc(EvictParams(num_tokens=shortfall)).num_tokens_evicted)
 
     def checkpoint(self, admission: Admission, now: float) -> Admission:
         """What SGLang does once a request's prompt is computed (``cache_unfinished_req``): the prompt enters

@@ -110,6 +110,11 @@ class _Running:
     left: int  # output tokens still to generate
     output_slots: list[int] = field(default_factory=list)  # allocated a decode step at a time
 
+    @property
+    def generated(self) -> int:
+        """Output tokens written so far."""
+        return self.served.output_tokens - self.left
+
 
 class _Waiting(NamedTuple):
     served: Served
@@ -202,19 +207,18 @@ class Worker:
         if self.cache.room() >= len(self.running):
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
             return
-        keep = sorted(self.running, key=lambda r: (r.served.output_tokens - r.left, -r.served.prompt_tokens))
+        keep = sorted(self.running, key=lambda r: (r.generated, -r.served.prompt_tokens))
         keep.reverse()  # most preferred first: the last is retracted first
         while len(keep) > 1 and (len(keep) == len(self.running) or self.cache.room() < len(keep)):
             r = keep.pop()
             self.cache.retract(r.admission, r.output_slots, len(keep) * RETRACT_DECODE_STEPS)
-            generated = r.served.output_tokens - r.left
-            enc = r.admission.enc._replace(prompt_len=r.served.prompt_tokens + generated)
+            enc = r.admission.enc._replace(prompt_len=r.served.prompt_tokens + r.generated)
             r.served.retracted += 1
             self.waiting.append(_Waiting(r.served, enc, r.admission.tags, r.left))
             self.queued_tokens += enc.prompt_len
         kept = {id(r) for r in keep}
         self.running = [r for r in self.running if id(r) in kept]
-        decoded = sum(r.served.output_tokens - r.left for r in keep)
+        decoded = sum(r.generated for r in keep)
         wanted = sum(r.served.output_tokens for r in keep)
         self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (wanted + 1))
         self._blocked = None
