@@ -38,6 +38,7 @@ VARIANTS = {
     "pbkv/-reuse": "- each agent's learned reuse of its last path (context, fresh prompt, output)",
     "pbkv/-lifecycle": "- retired tier",
     "pbkv/-retired-evidence": "- nodes worth less than retired cache's reads ranked with it",
+    "pbkv/-retired-ages": "- retired nodes valued by their age (EVA) instead of LRU within the tier",
     "pbkv/+cost": "+ miss cost per token (context length)",
     "pbkv": "default",
 }

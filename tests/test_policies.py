@@ -14,7 +14,7 @@ from itertools import count
 import pytest
 
 from agentcache.policy import AgentStepGraph, NodeClass, WorkflowRegistry, make_policy, tags_of
-from agentcache.policy.pbkv import PAPER, Ingredients, PBKVPolicy
+from agentcache.policy.pbkv import PAPER, Ingredients, PBKVPolicy, RetiredAges
 from agentcache.predictor import END, Predictor
 from agentcache.tags import Tags, WorkflowKey
 
@@ -244,8 +244,11 @@ def test_pbkv_ranks_a_turn_that_forecasts_its_end_with_retired_cache_when_later_
     assert chat("pbkv", checkpoint=True)[0].retired_reads.share(["assistant"]) == pytest.approx(2 / 6, abs=0.02)
     assert policy.priority(new_answer)[0] == policy.priority(new_question)[0] == 0
     assert policy.priority(sys_prompt)[0] == 1  # the assistant's fixed prompt keeps its demand
-    # the unread answer goes first, then LRU: the older conversation's prompt before the new one's
-    assert eviction_order(policy, [new_question, old_question, new_answer]) == ["a_new", "q39", "q_new"]
+    # the unread answer goes first; then, without the ages' values, LRU: the older conversation's prompt
+    # before the new one's
+    assert eviction_order(policy, [new_question, old_question, new_answer])[0] == "a_new"
+    lru_within, _, old_q, new_q, new_a = chat("pbkv/-retired-ages")
+    assert eviction_order(lru_within, [new_q, old_q, new_a]) == ["a_new", "q39", "q_new"]
 
     without, *_, answer_without = chat("pbkv/-retired-evidence")
     assert without.priority(answer_without)[0] == 1  # the estimate (END) outranked the evidence
@@ -268,6 +271,56 @@ def test_pbkv_ranks_a_turn_that_forecasts_its_end_with_retired_cache_when_later_
     serve(agents, [Node("sys_c"), ending], "w-new", "coder", t + 1, 0, 1)  # forecast: END next
     assert agents.retired_reads.share(["coder"]) == 0.0
     assert agents.priority(ending)[0] == 1
+
+
+def test_retired_ages_value_a_node_by_its_chance_of_a_read_before_eviction_at_its_age():
+    """Where conversations come back after about 10 s and the cache turns over in 2, a node that outlived the
+    turnover is worth more than a young one (LRU would evict it first); where they come back after 10 s and
+    the rest are evicted at 100 s (ended conversations), an old node is worth least (LRU's order). An agent
+    whose retired cache is never read again is worth less than one whose is, at the same age."""
+    untouched = RetiredAges()
+    untouched.evicted(["coder"], 5.0, 100)
+    untouched.freeze()
+    assert not untouched.learned and untouched.value(["coder"], 5.0) == 0.0  # agent workflows: the tier stays LRU
+
+    thrashing = RetiredAges()
+    for _ in range(20):
+        thrashing.read(["assistant"], 10.0, 100)
+        thrashing.evicted(["assistant"], 2.0, 400)
+    thrashing.freeze()
+    assert thrashing.learned
+    assert thrashing.value(["assistant"], 8.0) == 1.0
+    assert thrashing.value(["assistant"], 0.5) == pytest.approx(100 / 500)
+
+    roomy = RetiredAges()
+    for _ in range(20):
+        roomy.read(["assistant"], 10.0, 300)
+        roomy.evicted(["assistant"], 100.0, 100)
+        roomy.evicted(["coder"], 100.0, 100)
+    roomy.freeze()
+    assert roomy.value(["assistant"], 50.0) == 0.0 and roomy.value(["assistant"], 1.0) == pytest.approx(0.75)
+    assert roomy.value(["coder"], 1.0) < roomy.value(["assistant"], 1.0)
+    assert roomy.value(["newcomer"], 1.0) == roomy.value([], 1.0)  # no evidence of its own: every agent's
+
+
+def test_retired_ages_rekey_a_node_when_its_age_enters_another_bucket():
+    """A retired key reads the node's age: the engine's heap learns that it changed when the age crosses
+    into the next bucket, without the node being touched."""
+    policy = make_policy("pbkv")
+    for _ in range(4):
+        policy.retired_ages.read(["assistant"], 10.0, 100)
+        policy.retired_ages.evicted(["assistant"], 2.0, 400)
+    policy.retired_ages.freeze()
+    node = Node("answer")
+    touch(policy, [node], "turn-1", "assistant", 0.0)
+    policy.on_end(WorkflowKey("", "turn-1"), 0.0)
+    young = policy.priority(node)
+    assert young[0] == 0 and tags_of(node).rekey_at == RetiredAges.bucket_end(0.0)
+    policy.take_changed_keys()
+    touch(policy, [Node("other")], "turn-2", "other", 8.0)  # the clock moves on; the node is untouched
+    changed = policy.take_changed_keys()
+    assert changed is not None and any(t is tags_of(node) for t in changed)
+    assert policy.priority(node)[2] > young[2]
 
 
 def test_belady_evicts_the_farthest_next_use():

@@ -13,7 +13,7 @@ from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay, replay_policy, replay_sglang_alone
 from agentcache.replay.tokens import TokenCodec
 from agentcache.tags import Tags, WorkflowKey
-from agentcache.trace import Request, Segment
+from agentcache.trace import End, Meta, Request, Segment, Trace
 
 FULL = None
 
@@ -315,16 +315,17 @@ def test_cli_replay_json_and_errors(tmp_path, capsys, small_traces):
     assert plot.stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("family", ["code-retry", "group-chat", "phased-chat", "chat"])
+@pytest.mark.parametrize("family", ["code-retry", "group-chat", "phased-chat", "chat", "cyclic-chat"])
 def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(family, small_traces, monkeypatch):
     """The heap kept across eviction rounds re-keys only what the policy reports changed; SGLang's own walk
-    rebuilds from every leaf each round. Same requests, same hits, same evictions, request by request."""
+    rebuilds from every leaf each round. Same requests, same hits, same evictions, request by request.
+    (cyclic-chat: retired keys that change with their nodes' ages alone.)"""
     from sglang.srt.mem_cache.unified_cache.components import FullComponent
 
     import agentcache.replay.runner as runner
     from agentcache.policy.pbkv import PBKVPolicy
 
-    prepared = PreparedTrace(small_traces[family])
+    prepared = _cyclic_chat(12, 8) if family == "cyclic-chat" else PreparedTrace(small_traces[family])
     capacity = int(mean_prompt(prepared) * 3)
     rebuilds = []
     original_start = FullComponent._evict_device_start
@@ -353,3 +354,38 @@ def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(family
     assert heap_rebuilds == 0, "the kept heap must replace SGLang's per-round rebuild"
     assert heap_hits == walk_hits
     assert heap_evicted == walk_evicted
+
+
+def _cyclic_chat(conversations: int, turns: int) -> PreparedTrace:
+    """Plain chat where every conversation comes back in turn, one turn a second, each turn a workflow of its
+    own that re-sends the whole conversation: more of it live than the cache holds, the pattern LRU thrashes
+    on (each conversation evicted just before its next turn)."""
+    events: list = []
+    history: dict[int, list[Segment]] = {c: [] for c in range(conversations)}
+    ts = 0.0
+    for turn in range(1, turns + 1):
+        for c in range(conversations):
+            history[c].append(Segment(f"user/{c}/{turn}", 100))
+            workflow = f"chat-{c}-{turn}"
+            segments = (Segment("sys/assistant", 200), *history[c])
+            events.append(Request(ts, workflow, "assistant", segments, 1, 100, output_id=f"out/{c}/{turn}"))
+            events.append(End(ts + 0.5, workflow))
+            history[c].append(Segment(f"out/{c}/{turn}", 100))
+            ts += 1.0
+    return PreparedTrace(Trace(Meta(name="cyclic-chat"), events))
+
+
+def test_retired_ages_keep_some_conversations_whole_where_lru_would_evict_each_before_its_next_turn(checked):
+    """Through SGLang's cache: 12 conversations of 8 turns in turn, a cache that holds about half of them.
+    Ordered by recency alone, the retired tier evicts each conversation just before it returns, so turns read
+    little more than the fixed prompt; valued by age (reads come at about 12 s), young nodes go first and
+    some conversations are read whole."""
+    prepared = _cyclic_chat(12, 8)
+    capacity = 6000
+    by_age = replay_policy(prepared, "pbkv", capacity)
+    by_recency = replay_policy(prepared, "pbkv/-retired-ages", capacity)
+    assert checked.evictions > 0
+    history_read = {r.policy: r.hit_tokens - 200 * r.requests for r in (by_age, by_recency)}
+    assert history_read["pbkv"] > 2 * history_read["pbkv/-retired-ages"], history_read
+    assert by_age.hit_rate > by_recency.hit_rate + 0.1
+    assert by_age.hit_rate > replay_policy(prepared, "slru", capacity).hit_rate  # SGLang's best built-in here

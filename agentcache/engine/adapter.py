@@ -146,6 +146,8 @@ class TaggedFullComponent(FullComponent):
             tags = tags_of(node)
             if tags is not None:
                 tags.evicted = True  # the policy's own record: SGLang may delete the node object outright
+                if self.policy is not None:
+                    self.policy.on_evicted(tags, freed)
             node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
             self.evicted_tokens[node_class] += freed
             self.evicted_nodes[node_class] += 1

@@ -61,6 +61,7 @@ class NodeTags:
     # The policy's eviction key for c, kept until something it depends on changes (see PBKVPolicy.priority).
     key: tuple | None = None
     key_epoch: int = -1
+    rekey_at: float = 0.0  # policy clock at which the key changes with the node's age alone (0: never)
     node_id: Any = None  # the engine node's id: what the engine's eviction heap re-keys when the key changes
 
     def copy(self) -> NodeTags:
@@ -257,6 +258,9 @@ class CachePolicy(ABC):
 
     def adopt(self, tags: NodeTags) -> None:
         """The engine split a node: `tags` (a copy of the child's) now belong to the new parent."""
+
+    def on_evicted(self, t: NodeTags, tokens: int) -> None:
+        """The engine evicted `tokens` tokens of `t`'s node from the device."""
 
     def coverages(self) -> list[AgentCoverage]:
         """The forecasters the policy consults, each counting its forecasts and the agents it knew."""

@@ -61,6 +61,8 @@ switchable ingredients (see docs/policy.md for what each one is worth):
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -94,6 +96,7 @@ from agentcache.tags import Tags, WorkflowKey
 class Ingredients:
     lifecycle: bool = True
     retired_evidence: bool = True
+    retired_ages: bool = True
     fixed_by_forecast: bool = True
     arrivals: bool = True
     current_paths: bool = True
@@ -130,9 +133,17 @@ PER_AGENT_GAPS = 128  # recent gaps kept per agent
 MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
 MAX_REUSE_AGENTS = 1024  # agents whose reuse of their own fresh cache is tracked
 REUSE_PRIOR = 2.0  # the weight (in observations) an agent's reuse and retired-read estimates give their prior
+# Retired nodes' ages (RetiredAges): told apart in half-octaves above AGE_RESOLUTION_S, in AGE_BUCKETS buckets
+# (the last one reaches past a century); the evidence is halved every AGE_HALF_EVENTS reads and evictions, so
+# the curves follow a workload that changes.
+AGE_RESOLUTION_S = 0.05
+AGE_BUCKETS = 64
+AGE_HALF_EVENTS = 4096
+MAX_REKEYS = 1 << 16  # scheduled re-keys kept before the stale ones are dropped
 
 PAPER = Ingredients(
     retired_evidence=False,
+    retired_ages=False,
     fixed_by_forecast=False,
     arrivals=False,
     current_paths=False,
@@ -197,6 +208,10 @@ class PBKVPolicy(CachePolicy):
         self._pending: dict[WorkflowKey, str] = {}  # workflow -> the agent of its request not served yet
         self.reuse = ReuseEvidence()
         self.retired_reads = RetiredReads()
+        self.retired_ages = RetiredAges()
+        # (policy clock, sequence, tags): when a retired node's key changes with its age alone (RetiredAges)
+        self._rekeys: list[tuple[float, int, NodeTags]] = []
+        self._rekey_sequence = 0
         # Kept eviction keys: a node's key is current while it was computed in this epoch and nothing it
         # depends on changed since (then its key_epoch is reset). A refresh starts a new epoch.
         self._epoch = 0
@@ -210,6 +225,8 @@ class PBKVPolicy(CachePolicy):
 
     def on_request(self, tags: Tags, now: float) -> WorkflowState:
         self._now = now
+        if self._rekeys:
+            self._rekey_aged(now)
         self._since_refresh += 1
         if self._since_refresh >= self._refresh_every:
             self._refresh()
@@ -251,7 +268,7 @@ class PBKVPolicy(CachePolicy):
         prompt_tokens: int | None = None,
     ) -> None:
         workflow, agent = tags.key, tags.identity
-        if self.ingredients.retired_evidence:
+        if self.ingredients.retired_evidence or self.ingredients.retired_ages:
             self._count_retired_reads(path, workflow, matched_tokens)
         if matched_tokens is not None:
             previous = self.latest.get(workflow, {}).get(agent)
@@ -291,6 +308,10 @@ class PBKVPolicy(CachePolicy):
             if len(self._fixed_nodes) > MAX_TRACKED_AGENTS:
                 self._invalidate(self._fixed_nodes.pop(next(iter(self._fixed_nodes))))
         return nodes
+
+    def on_evicted(self, t: NodeTags, tokens: int) -> None:
+        if self.ingredients.retired_ages and not t.fixed_agents and self.is_retired(t):
+            self.retired_ages.evicted(_latest_agents(t), self._now - t.last_access, tokens)
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.predictor.observe(state.path[:-1], state.agent)
@@ -467,6 +488,8 @@ class PBKVPolicy(CachePolicy):
             self.reuse.freeze()
             self.retired_reads.freeze()
         ingredients = self.ingredients
+        if ingredients.retired_ages:
+            self.retired_ages.freeze()
         weights: dict[WorkflowKey, float] = {}
         parts: dict[WorkflowKey, tuple[float, dict[str, float], str | None]] = {}
         self._arrivals = self.arrivals() if ingredients.fixed_by_forecast and ingredients.arrivals else {}
@@ -581,8 +604,43 @@ class PBKVPolicy(CachePolicy):
 
     def _retired_key(self, node: CacheNode, t: NodeTags) -> tuple:
         """The retired tier's order: with `retired_evidence`, generated output no prompt re-sent yet before
-        prompts (a later request that re-sends it reads the prompt above it too); LRU within."""
-        return (0, float(self.ingredients.retired_evidence and t.in_prompt), 0.0, node.last_access_time)
+        prompts (a later request that re-sends it reads the prompt above it too); with `retired_ages`, the
+        value its age says it has (RetiredAges); LRU within."""
+        ingredients, ages = self.ingredients, self.retired_ages
+        value = 0.0
+        if ingredients.retired_ages and ages.learned:
+            age = self._now - t.last_access
+            value = ages.value(_latest_agents(t), age)
+            self._rekey_at(t, t.last_access + ages.bucket_end(age))
+        return (0, float(ingredients.retired_evidence and t.in_prompt), value, node.last_access_time)
+
+    def _rekey_at(self, t: NodeTags, when: float) -> None:
+        """Schedule `t`'s key to be recomputed at `when` (on the policy clock): its age's value changes then."""
+        if t.rekey_at == when:
+            return
+        if when == math.inf:  # the oldest bucket: its value stays
+            t.rekey_at = 0.0
+            return
+        t.rekey_at = when
+        rekeys = self._rekeys
+        if len(rekeys) >= MAX_REKEYS:  # drop the entries of nodes evicted or re-keyed since
+            rekeys[:] = [e for e in rekeys if e[2].rekey_at == e[0] and not e[2].evicted]
+            heapq.heapify(rekeys)
+            if len(rekeys) >= MAX_REKEYS:  # that many live retired nodes: the next epoch re-keys them all
+                rekeys.clear()
+                return
+        self._rekey_sequence += 1
+        heapq.heappush(rekeys, (when, self._rekey_sequence, t))
+
+    def _rekey_aged(self, now: float) -> None:
+        """Report the retired nodes whose age crossed into another bucket: their keys changed."""
+        rekeys, forget_key = self._rekeys, self.forget_key
+        while rekeys and rekeys[0][0] <= now:
+            when, _, t = heapq.heappop(rekeys)
+            if t.rekey_at == when:  # else re-keyed since (touched, or a new epoch)
+                t.rekey_at = 0.0
+                if not t.evicted:
+                    forget_key(t)
 
     def _count_retired_reads(self, path: Sequence[Any], workflow: WorkflowKey, matched_tokens: int | None) -> None:
         """Count the retired nodes a request read from cache, at its first tagging (once its prompt is in the
@@ -597,7 +655,11 @@ class PBKVPolicy(CachePolicy):
             # A node the (active) workflow touched already is its own, not retired: the finish after a
             # checkpoint skips the whole path at one lookup per node.
             if t is not None and workflow not in t.workflows and not t.fixed_agents and self.is_retired(t):
-                self.retired_reads.read(_latest_agents(t))
+                agents = _latest_agents(t)
+                if self.ingredients.retired_evidence:
+                    self.retired_reads.read(agents)
+                if self.ingredients.retired_ages:
+                    self.retired_ages.read(agents, self._now - t.last_access, node_tokens(node))
 
     def read_rate(self, t: NodeTags) -> float:
         """Reads per second since the node was written (what it has shown, for nodes no forecast values)."""
@@ -744,6 +806,118 @@ class RetiredReads:
         if not shares:  # no retired cache was ever read again: agent workflows
             return 0.0
         return max((shares.get(a, 0.0) for a in agents), default=0.0)
+
+
+class RetiredAges:
+    """What a retired node's age says it is worth, per agent that wrote it: the chance that a retired node of
+    that agent and age is read again before it is evicted, learned from the retired nodes read and evicted
+    at each age (EVA's hit probability; Beckmann and Sanchez, "Maximizing Cache Performance Under
+    Uncertainty", HPCA 2017).
+
+    LRU evicts the retired node idle longest. Where conversations come back after a pause and more of them
+    are live than the cache holds (chat under pressure), that is the node about to be read: every
+    conversation is evicted just before its next turn, and none is read again. Ranked by this chance, the
+    nodes that outlived the cache's turnover (read for certain once they did) outrank young ones, so some
+    conversations stay whole; where returns come soon or never (a cache that holds the live ones), the
+    chance falls with age and the order is LRU's. EVA also charges a node its expected remaining lifetime;
+    measured on lifetimes the policy itself cuts short, that charge made the oldest nodes (evicted soon
+    anyway) look nearly free to keep, and lost 1.3 points on chat at 16x the mean prompt. Evidence is
+    counted in tokens by age bucket (half-octaves above AGE_RESOLUTION_S), halved every AGE_HALF_EVENTS
+    events; an agent without evidence of its own is valued by every agent's. The chances are frozen at each
+    of the policy's refreshes and read by a key when it is computed (its node touched, its age in a new
+    bucket, a new epoch). Until a retired node is read again (agent workflows) every value is 0 and the
+    tier stays LRU."""
+
+    def __init__(self) -> None:
+        # agent -> [tokens read again per age bucket, tokens evicted per age bucket]; least recent first
+        self._counts: OrderedDict[str, tuple[list[float], list[float]]] = OrderedDict()
+        self._all = ([0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS)
+        self._events = 0
+        self._changed: set[str] = set()  # agents counted since the last freeze
+        # What value() answers from, as of the last freeze(): per age bucket, the chance of a read before
+        # eviction, per agent and every agent's (None: no read yet).
+        self._chances: dict[str, list[float]] = {}
+        self._chance: list[float] | None = None
+
+    @property
+    def learned(self) -> bool:
+        """Whether some retired node was read again (before the last freeze): else every value is 0."""
+        return self._chance is not None
+
+    @staticmethod
+    def bucket(age: float) -> int:
+        return min(AGE_BUCKETS - 1, int(2.0 * math.log2(1.0 + max(0.0, age) / AGE_RESOLUTION_S)))
+
+    @classmethod
+    def bucket_end(cls, age: float) -> float:
+        """The age at which `age`'s bucket ends (infinite for the last)."""
+        b = cls.bucket(age)
+        return math.inf if b == AGE_BUCKETS - 1 else AGE_RESOLUTION_S * (2.0 ** ((b + 1) / 2.0) - 1.0)
+
+    def read(self, agents: Iterable[str], age: float, tokens: int) -> None:
+        self._count(0, agents, age, tokens)
+
+    def evicted(self, agents: Iterable[str], age: float, tokens: int) -> None:
+        self._count(1, agents, age, tokens)
+
+    def _count(self, kind: int, agents: Iterable[str], age: float, tokens: int) -> None:
+        b = self.bucket(age)
+        self._all[kind][b] += tokens
+        for agent in agents:
+            counts = self._counts.get(agent)
+            if counts is None:
+                counts = self._counts[agent] = ([0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS)
+                if len(self._counts) > MAX_REUSE_AGENTS:
+                    self._counts.popitem(last=False)
+            else:
+                self._counts.move_to_end(agent)
+            counts[kind][b] += tokens
+            self._changed.add(agent)
+        self._events += 1
+        if self._events % AGE_HALF_EVENTS == 0:  # halving moves no chance: only the weight of what comes next
+            for reads, evictions in (self._all, *self._counts.values()):
+                for i in range(AGE_BUCKETS):
+                    reads[i] *= 0.5
+                    evictions[i] *= 0.5
+
+    def freeze(self) -> None:
+        """Recompute the chances of every agent counted since the last freeze, and every agent's."""
+        if not any(self._all[0]):
+            self._chance, self._chances = None, {}
+            self._changed.clear()
+            return
+        self._chance = _read_chances(*self._all)
+        chances, counts = self._chances, self._counts
+        for agent in self._changed:
+            agent_counts = counts.get(agent)
+            if agent_counts is not None:
+                chances[agent] = _read_chances(*agent_counts)
+        if len(chances) > len(counts):  # agents forgotten by the counts
+            self._chances = {agent: chances[agent] for agent in counts if agent in chances}
+        self._changed.clear()
+
+    def value(self, agents: Iterable[str], age: float) -> float:
+        """The chance that a retired node of `agents` at `age` is read before it is evicted (the most any of
+        them gives; every agent's for an agent without evidence of its own)."""
+        chance = self._chance
+        if chance is None:
+            return 0.0
+        b, chances = self.bucket(age), self._chances
+        return max((chances.get(agent, chance)[b] for agent in agents), default=chance[b])
+
+
+def _read_chances(reads: list[float], evictions: list[float]) -> list[float]:
+    """Per age bucket, the share of the tokens that reached that age which were read before eviction. A
+    bucket no token reached takes the next older one's (0 past the oldest)."""
+    chances = [0.0] * AGE_BUCKETS
+    read_after = ended_after = chance = 0.0
+    for b in range(AGE_BUCKETS - 1, -1, -1):
+        read_after += reads[b]
+        ended_after += reads[b] + evictions[b]
+        if ended_after > 0.0:
+            chance = read_after / ended_after
+        chances[b] = chance
+    return chances
 
 
 def _latest_agents(t: NodeTags) -> Iterable[str]:
