@@ -323,6 +323,30 @@ def test_retired_ages_rekey_a_node_when_its_age_enters_another_bucket():
     assert policy.priority(node)[2] > young[2]
 
 
+def test_retired_ages_reschedule_every_node_after_dropping_a_full_schedule(monkeypatch):
+    """The schedule of re-keys is bounded: when it is full of live nodes it is dropped, and each node is
+    scheduled again the next time its key is computed (none is left with a re-key that never comes)."""
+    import agentcache.policy.pbkv as pbkv
+
+    monkeypatch.setattr(pbkv, "MAX_REKEYS", 4)
+    policy = make_policy("pbkv")
+    policy.retired_ages.read(["assistant"], 10.0, 100)
+    policy.retired_ages.freeze()
+    nodes = [Node(f"turn{i}") for i in range(6)]
+    for i, node in enumerate(nodes):
+        touch(policy, [node], f"turn-{i}", "assistant", float(i))
+        policy.on_end(WorkflowKey("", f"turn-{i}"), float(i))
+    for node in nodes:
+        policy.priority(node)
+    assert len(policy._rekeys) <= 4
+    policy.forget_all_keys()
+    policy._epoch += 1  # a new epoch: every key is computed again
+    for node in nodes:
+        policy.priority(node)
+    scheduled = {id(t) for _, _, t in policy._rekeys}
+    assert scheduled and all(tags_of(node).rekey_at == 0.0 or id(tags_of(node)) in scheduled for node in nodes)
+
+
 def test_belady_evicts_the_farthest_next_use():
     next_use = {"soon": 3, "late": 10, "never": math.inf}
     policy = make_policy("belady", next_use=lambda node: next_use[node.name])

@@ -626,9 +626,10 @@ class PBKVPolicy(CachePolicy):
         if len(rekeys) >= MAX_REKEYS:  # drop the entries of nodes evicted or re-keyed since
             rekeys[:] = [e for e in rekeys if e[2].rekey_at == e[0] and not e[2].evicted]
             heapq.heapify(rekeys)
-            if len(rekeys) >= MAX_REKEYS:  # that many live retired nodes: the next epoch re-keys them all
+            if len(rekeys) >= MAX_REKEYS:  # that many live retired nodes: each is scheduled again when next keyed
+                for _, _, scheduled in rekeys:
+                    scheduled.rekey_at = 0.0
                 rekeys.clear()
-                return
         self._rekey_sequence += 1
         heapq.heappush(rekeys, (when, self._rekey_sequence, t))
 
