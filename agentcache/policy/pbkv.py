@@ -709,13 +709,7 @@ class ReuseEvidence:
             if t is None or t.evicted:
                 return  # the rest of the previous path was gone before the request came
         self._observations += 1
-        counts = self._counts.get(agent)
-        if counts is None:
-            counts = self._counts[agent] = [0] * 9
-            if len(self._counts) > MAX_REUSE_AGENTS:
-                self._counts.popitem(last=False)
-        else:
-            self._counts.move_to_end(agent)
+        counts = _agent_counts(self._counts, agent, lambda: [0] * 9)
         bounds = (previous.fixed, previous.matched, previous.prompt, previous.depth)
         for i, (start, stop) in enumerate(zip(bounds, bounds[1:])):
             if stop <= start:
@@ -784,14 +778,7 @@ class RetiredReads:
             self._count(agent)[1] += 1
 
     def _count(self, agent: str) -> list[int]:
-        counts = self._counts.get(agent)
-        if counts is None:
-            counts = self._counts[agent] = [0, 0]
-            if len(self._counts) > MAX_REUSE_AGENTS:
-                self._counts.popitem(last=False)
-        else:
-            self._counts.move_to_end(agent)
-        return counts
+        return _agent_counts(self._counts, agent, lambda: [0, 0])
 
     def freeze(self) -> None:
         self._shares = {a: r / (n + REUSE_PRIOR) for a, (r, n) in self._counts.items() if r}
@@ -865,13 +852,7 @@ class RetiredAges:
         b = self.bucket(age)
         self._all[kind][b] += tokens
         for agent in agents:
-            counts = self._counts.get(agent)
-            if counts is None:
-                counts = self._counts[agent] = ([0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS)
-                if len(self._counts) > MAX_REUSE_AGENTS:
-                    self._counts.popitem(last=False)
-            else:
-                self._counts.move_to_end(agent)
+            counts = _agent_counts(self._counts, agent, lambda: ([0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS))
             counts[kind][b] += tokens
             self._changed.add(agent)
         self._events += 1
@@ -919,6 +900,19 @@ def _read_chances(reads: list[float], evictions: list[float]) -> list[float]:
             chance = read_after / ended_after
         chances[b] = chance
     return chances
+
+
+def _agent_counts(counts: OrderedDict[str, Any], agent: str, new: Callable[[], Any]) -> Any:
+    """`agent`'s entry of per-agent `counts`, made with `new` where missing; the least recently counted agent
+    is forgotten past MAX_REUSE_AGENTS."""
+    entry = counts.get(agent)
+    if entry is None:
+        entry = counts[agent] = new()
+        if len(counts) > MAX_REUSE_AGENTS:
+            counts.popitem(last=False)
+    else:
+        counts.move_to_end(agent)
+    return entry
 
 
 def _latest_agents(t: NodeTags) -> Iterable[str]:
