@@ -144,11 +144,11 @@ class TaggedFullComponent(FullComponent):
         freed, host_freed = super().evict_component(node, device_frees, host_frees, cache_actions, target)
         if freed:
             tags = tags_of(node)
+            node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
             if tags is not None:
                 tags.evicted = True  # the policy's own record: SGLang may delete the node object outright
                 if self.policy is not None:
-                    self.policy.on_evicted(tags, freed)
-            node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
+                    self.policy.on_evicted(tags, freed, node_class)
             self.evicted_tokens[node_class] += freed
             self.evicted_nodes[node_class] += 1
             if getattr(node, PREFETCHED_ATTR, False):

@@ -259,8 +259,8 @@ class CachePolicy(ABC):
     def adopt(self, tags: NodeTags) -> None:
         """The engine split a node: `tags` (a copy of the child's) now belong to the new parent."""
 
-    def on_evicted(self, t: NodeTags, tokens: int) -> None:
-        """The engine evicted `tokens` tokens of `t`'s node from the device."""
+    def on_evicted(self, t: NodeTags, tokens: int, node_class: str) -> None:
+        """The engine evicted `tokens` tokens of `t`'s node from the device; `classify` put it in `node_class`."""
 
     def coverages(self) -> list[AgentCoverage]:
         """The forecasters the policy consults, each counting its forecasts and the agents it knew."""

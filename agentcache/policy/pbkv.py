@@ -79,6 +79,7 @@ from agentcache.policy.base import (
     CacheNode,
     CachePolicy,
     Latest,
+    NodeClass,
     NodeTags,
     node_tokens,
     tags_of,
@@ -309,8 +310,8 @@ class PBKVPolicy(CachePolicy):
                 self._invalidate(self._fixed_nodes.pop(next(iter(self._fixed_nodes))))
         return nodes
 
-    def on_evicted(self, t: NodeTags, tokens: int) -> None:
-        if self.ingredients.retired_ages and not t.fixed_agents and self.is_retired(t):
+    def on_evicted(self, t: NodeTags, tokens: int, node_class: str) -> None:
+        if self.ingredients.retired_ages and node_class == NodeClass.RETIRED and not t.fixed_agents:
             self.retired_ages.evicted(_latest_agents(t), self._now - t.last_access, tokens)
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
