@@ -33,7 +33,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ DEFAULT_POLICIES = "lru,lfu,slru,pbkv"
 # process held a core (a spinning thread waiting for a descheduled one made single runs up to 15x slower).
 ENGINE_CPU_THREADS = 1
 CAPACITY_FACTOR = 10  # default KV capacity: this many mean prompts (with requests in flight holding theirs, tight)
+TOKEN_SCALE = 0.35  # default scale of segment sizes: CPU prefill is slow
+MAX_NEW_TOKENS = 4  # default cap on tokens generated per request
 
 
 class BenchError(RuntimeError):
@@ -69,7 +71,7 @@ class TokenMaker:
         ids = self._cache.get(content_id)
         if ids is None:
             rng = random.Random(content_id)
-            n = max(1, round(tokens * self.scale))
+            n = scaled_tokens(tokens, self.scale)
             ids = self._cache[content_id] = [rng.randrange(self.low, self.high) for _ in range(n)]
         return ids
 
@@ -82,6 +84,27 @@ class TokenMaker:
             if i + 1 == request.fixed:
                 fixed = len(ids)
         return ids, fixed
+
+
+def scaled_tokens(tokens: int, scale: float) -> int:
+    return max(1, round(tokens * scale))
+
+
+def capped_output(output: int, max_new_tokens: int) -> int:
+    return max(1, min(output, max_new_tokens))
+
+
+def as_served(trace: Trace, token_scale: float = TOKEN_SCALE, max_new_tokens: int = MAX_NEW_TOKENS) -> Trace:
+    """The trace as a bench run's server sees it, for a replay of exactly that workload: segments scaled as
+    TokenMaker scales them, outputs capped as the requests cap them, and no output reused (the model's own
+    output replaces the trace's, so a later prompt that re-sends the trace's output computes it afresh)."""
+    events: list[Request | End] = []
+    for e in trace.events:
+        if isinstance(e, Request):
+            segments = tuple(s._replace(tokens=scaled_tokens(s.tokens, token_scale)) for s in e.segments)
+            e = replace(e, segments=segments, output=capped_output(e.output, max_new_tokens), output_id=None)
+        events.append(e)
+    return Trace(trace.meta, events)
 
 
 def first_workflows(trace: Trace, workflows: int | None) -> Trace:
@@ -147,7 +170,7 @@ class Workload:
                 ids, fixed = self.tokens.prompt(e)
                 tags = {"v": 1, "workflow": e.workflow, "agent": e.agent, "agent_name": e.agent, "fixed_tokens": fixed}
                 params = {
-                    "max_new_tokens": max(1, min(e.output, self.max_new_tokens)),
+                    "max_new_tokens": capped_output(e.output, self.max_new_tokens),
                     "temperature": 0,
                     "custom_params": {"agentcache": tags},
                 }

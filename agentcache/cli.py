@@ -501,7 +501,7 @@ BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "group-chat", 16, 7
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from agentcache.bench import CAPACITY_FACTOR, DEFAULT_POLICIES
+    from agentcache.bench import CAPACITY_FACTOR, DEFAULT_POLICIES, MAX_NEW_TOKENS, TOKEN_SCALE
     from agentcache.server_ext.model import SIZES
 
     p = sub.add_parser(
@@ -535,10 +535,18 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "--capacity", type=int, help=f"server KV capacity in tokens (default: {CAPACITY_FACTOR}x the mean prompt)"
     )
     p.add_argument(
-        "--token-scale", type=float, default=0.35, help="scale segment sizes; CPU prefill is slow (default %(default)s)"
+        "--token-scale",
+        type=float,
+        default=TOKEN_SCALE,
+        help="scale segment sizes; CPU prefill is slow (default %(default)s)",
     )
     p.add_argument("--time-scale", type=float, default=0.1, help="scale the trace's send times (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=4, help="cap on tokens generated per request (default 4)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=MAX_NEW_TOKENS,
+        help="cap on tokens generated per request (default %(default)s)",
+    )
     p.add_argument("--model-path", help="model to serve (default: a random-weight model made locally)")
     p.add_argument("--model-size", choices=sorted(SIZES), default="small", help="(default %(default)s)")
     mode = p.add_mutually_exclusive_group()

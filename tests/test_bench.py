@@ -98,3 +98,20 @@ def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):
     conversations = {r.workflow.rsplit("-", 1)[0] for r in trace.requests}
     assert len(conversations) == 3
     assert len(trace.requests) == len(generate("chat", GenConfig(workflows=3, seed=BENCH_SEED)).requests) > 3
+
+
+def test_as_served_is_the_workload_a_bench_run_sends():
+    """The replay of a bench's workload sees the prompts the bench sends (segments scaled as its tokens are
+    made), the outputs as capped, and no generated output to reuse (the model writes its own)."""
+    from agentcache.bench import TokenMaker, as_served
+    from agentcache.trace import End
+
+    trace = generate("chat", GenConfig(workflows=3, seed=1))
+    served = as_served(trace, token_scale=0.35, max_new_tokens=4)
+    tokens = TokenMaker(vocab_size=32000, scale=0.35)
+    assert [type(e) for e in served.events] == [type(e) for e in trace.events]
+    assert sum(isinstance(e, End) for e in served.events) == sum(isinstance(e, End) for e in trace.events)
+    for sent, original in zip(served.requests, trace.requests, strict=True):
+        assert sent.prompt_tokens == len(tokens.prompt(original)[0]) < original.prompt_tokens
+        assert [s.content_id for s in sent.segments] == [s.content_id for s in original.segments]
+        assert sent.output == min(original.output, 4) and sent.output_id is None
