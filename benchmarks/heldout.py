@@ -15,12 +15,12 @@ import argparse
 import json
 import statistics
 
-from ladder import BUILTINS
+from ladder import BUILTINS, replay_point
 from rich.console import Console
 from rich.progress import Progress
 from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
-from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
+from agentcache.replay.runner import PreparedTrace
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES
 
 SEEDS = (11, 22, 33)
@@ -36,10 +36,8 @@ def run(families: list[str]) -> list[dict]:
                 generated_trace = generated(family, seed)
                 prepared = PreparedTrace(generated_trace.trace)
                 for capacity in generated_trace.capacities:
-                    results = {p: replay_policy(prepared, p, capacity) for p in POLICIES}
-                    fill_gap_closed(list(results.values()))
+                    results, best = replay_point(prepared, capacity, POLICIES)
                     hit = {p: r.hit_rate for p, r in results.items()}
-                    best = max(BUILTINS, key=hit.__getitem__)
                     rows.append(
                         {
                             "family": family,

@@ -34,6 +34,14 @@ OURS = ["lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belad
 BUILTINS = ["lfu", "slru", "tlru", "priority", "fifo", "mru", "filo"]
 
 
+def replay_point(prepared: PreparedTrace, capacity: int, policies: list[str]) -> tuple[dict[str, ReplayResult], str]:
+    """Every one of `policies` (lru, belady and every built-in among them) replayed at one capacity, each with
+    its share of the LRU-to-offline-reference gap; and which of SGLang's built-ins hit most there."""
+    results = {p: replay_policy(prepared, p, capacity) for p in policies}
+    fill_gap_closed(list(results.values()))
+    return results, max(BUILTINS, key=lambda b: results[b].hit_rate)
+
+
 def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult]]]:
     console = Console(stderr=True)
     traces = list(suite(only))

@@ -17,14 +17,14 @@ import argparse
 import json
 import statistics
 
-from ladder import BUILTINS
+from ladder import BUILTINS, replay_point
 from rich.console import Console
 from rich.progress import Progress
 from suite import DOCS, mean_prompt
 
 from agentcache.bench import MAX_NEW_TOKENS, TOKEN_SCALE, as_served
 from agentcache.cli import BENCH_WORKFLOWS
-from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
+from agentcache.replay.runner import PreparedTrace
 from agentcache.workloads import FAMILIES, GenConfig, generate
 
 SEEDS = tuple(range(1, 9))
@@ -43,10 +43,8 @@ def run(families: list[str], policies: list[str]) -> list[dict]:
                 mean = mean_prompt(trace)
                 for factor in CAPACITY_FACTORS:
                     capacity = int(mean * factor)
-                    results = {p: replay_policy(prepared, p, capacity) for p in POLICIES + policies}
-                    fill_gap_closed(list(results.values()))
+                    results, best = replay_point(prepared, capacity, POLICIES + policies)
                     hit = {p: r.hit_rate for p, r in results.items()}
-                    best = max(BUILTINS, key=hit.__getitem__)
                     rows.append(
                         {
                             "family": family,
