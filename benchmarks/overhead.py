@@ -182,8 +182,12 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                     "pbkv_keys_computed_per_request": computed / len(prepared.encoded),
                     "python_calls_per_request": calls,
                 }
-                row["pbkv_over_lfu"] = row["ms_per_request"]["pbkv"] / row["ms_per_request"]["lfu"]
-                row["pbkv_over_lfu_alone"] = row["ms_per_request"]["pbkv"] / row["ms_per_request"][ALONE]
+                # Paired: each repetition's pbkv over the same repetition's baseline, so that what the machine
+                # did in between (its speed drifts by tens of percent over minutes) cancels out.
+                for name, baseline in (("pbkv_over_lfu", "lfu"), ("pbkv_over_lfu_alone", ALONE)):
+                    ratios = [a / b for a, b in zip(ms["pbkv"], ms[baseline])]
+                    row[name] = statistics.median(ratios)
+                    row[name + "_spread"] = [min(ratios), max(ratios)]
                 row["alone"] = alone_label
                 # GPU time the cost model gives the prompts pbkv served from cache that lfu alone computed
                 row["modelled_prefill_ms_saved_per_request"] = modelled_ms[ALONE] - modelled_ms["pbkv"]
@@ -223,7 +227,9 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         f"in-flight / {MEAN_WORKFLOW_S:.0f} s per second; `measured`: workflows open averaged over the whole run, ramp-up",
         "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay divided by its requests, which is all the",
         "cache work of a request (prefix match, insert, eviction rounds, the policy's bookkeeping); the",
-        f"median of {repeat} runs per policy, the policies in rotating order, min-max in brackets.",
+        f"median of {repeat} runs per policy, the policies in rotating order, min-max in brackets. The ratios",
+        "are paired: each repetition's pbkv over the same repetition's baseline, then their median and",
+        "min-max (the machine's speed drifts by tens of percent over minutes; a pair run back to back shares it).",
         "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
         "the ones it had to compute (the rest were kept on the node). SGLang's own lfu asks for the key",
         "of every evictable leaf at every eviction round instead. `Python calls`: the function calls",
@@ -254,7 +260,10 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         lines.append(
             f"| {r['in_flight']} ({r['measured_in_flight']:.0f}) | {r['capacity']:,} | {r['requests']:,} | "
             + " | ".join(cells)
-            + f" | {r['pbkv_over_lfu']:.2f}x | {r['pbkv_over_lfu_alone']:.2f}x"
+            + "".join(
+                f" | {r[name]:.2f}x [{r[name + '_spread'][0]:.2f}-{r[name + '_spread'][1]:.2f}]"
+                for name in ("pbkv_over_lfu", "pbkv_over_lfu_alone")
+            )
             + f" | {ms['pbkv'] - ms[ALONE]:.2f} / {r['modelled_prefill_ms_saved_per_request']:.1f}"
             + f" | {r['python_calls_per_request']['lfu']:,.0f} / {r['python_calls_per_request']['pbkv']:,.0f}"
             + f" | {r['pbkv_keys_asked_per_request']:.1f} / "
@@ -307,9 +316,11 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "How pbkv keeps its keys cheap (agentcache/policy/pbkv.py): each node's eviction key is kept on the",
         "node and recomputed only when something it depends on changed (the node was used, a workflow it",
         "serves moved on, an agent's demand changed); what changes with time alone (how soon each workflow",
-        "calls again) is refreshed every 16 requests or every eighth of the open workflows, whichever is",
+        "calls again) is refreshed every 16 requests or every quarter of the open workflows, whichever is",
         "more, so a refresh costs a bounded amount per request however many workflows are open or were",
         "ever seen (`tests/test_policies.py::test_policy_work_per_request_does_not_grow_with_retired_workflows`).",
+        "The forecaster re-rolls its forecasts once it learned a sixteenth more transitions than it knew (a few",
+        "more barely move them), not every 16: on a busy server a forecast is recomputed ever more rarely.",
         "Workflows at the same point share one forecast and read it once (its discounted values and next-step",
         "probabilities), the guard checks each forecast object once, and a fixed prompt's key is its agents'",
         "demand alone unless some request read it past its own fixed prompt.",

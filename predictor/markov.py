@@ -18,7 +18,10 @@ A forecast depends only on the context (the last N agents) and the counts, so
 forecasts are kept per context and recomputed once `refresh_every` transitions
 have been learned since (1: after every one), or once a new agent or outcome
 appears: many workflows share few contexts, and on a busy server the counts
-of one more transition barely move a forecast.
+of one more transition barely move a forecast. With `refresh_share`, the wait
+grows with what was learned (at least 1/refresh_share of all transitions so
+far): a transition moves a forecast by about one over the transitions behind
+it, so a long-running server re-rolls its contexts ever more rarely.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class MarkovPredictor(Predictor):
         max_agents: int = 64,
         max_contexts: int = 4096,
         refresh_every: int = 1,
+        refresh_share: int | None = None,
     ):
         super().__init__(horizon)
         if order < 1:
@@ -49,8 +53,12 @@ class MarkovPredictor(Predictor):
             raise ValueError(f"max_agents and max_contexts must be >= 1, got {max_agents} and {max_contexts}")
         if refresh_every < 1:
             raise ValueError(f"refresh_every must be >= 1, got {refresh_every}")
+        if refresh_share is not None and refresh_share < 1:
+            raise ValueError(f"refresh_share must be >= 1, got {refresh_share}")
         self.refresh_every = refresh_every
+        self.refresh_share = refresh_share
         self._since_refresh = 0
+        self._learned = 0  # transitions counted, forgotten ones included
         self._forecasts: dict[tuple[str, ...], Forecast] = {}  # context -> rows, until the next refresh
         self.order = order
         self.smoothing = smoothing
@@ -89,8 +97,12 @@ class MarkovPredictor(Predictor):
             row[next_agent] += 1.0
         if len(self._agents_by_recency) > self.max_agents or len(counts) > self.max_contexts:
             self._forget_beyond_caps()
+        self._learned += 1
         self._since_refresh += 1
-        if new_outcome or self._since_refresh >= self.refresh_every:
+        wait = self.refresh_every
+        if self.refresh_share is not None:
+            wait = max(wait, self._learned // self.refresh_share)
+        if new_outcome or self._since_refresh >= wait:
             self._since_refresh = 0
             self._row_cache.clear()
             self._successor_cache.clear()

@@ -87,3 +87,26 @@ def test_a_rollout_follows_at_most_max_states_contexts_and_stays_a_forecast():
     m.next_distribution = lambda context: followed.append(context) or next_distribution(context)
     assert_valid(m.predict([agents[0]]), 3)
     assert len(followed) <= 1 + 2 * (4 + 1), "without the cap, step 3 follows ~900 contexts"
+
+
+def test_forecasts_are_rerolled_once_a_share_more_was_learned_not_at_every_transition():
+    """A busy server learns thousands of transitions: re-rolling every forecast after every 16 of them made the
+    forecaster pbkv's largest cost per request (docs/overhead.md), where they barely move it."""
+    m = MarkovPredictor(order=1, refresh_every=4, refresh_share=8)
+    train(m, [["planner", "coder", "tester"]], times=100)  # 400 transitions learned
+    m.observe(["planner"], "reviewer")  # a new outcome re-rolls at once: no forecast may lack it
+    rows = m.predict(["planner"])
+    assert "reviewer" in rows[0]
+    kept = 0
+    while m.predict(["planner"]) is rows:
+        m.observe(["planner"], "coder")
+        kept += 1
+    assert 401 // 8 <= kept <= 460 // 8 + 1, "kept until an eighth more than it knew was learned"
+    small = MarkovPredictor(order=1, refresh_every=4, refresh_share=8)
+    train(small, [["planner", "coder"]], times=1)
+    first = small.predict(["planner"])
+    for _ in range(4):
+        small.observe(["planner"], "coder")
+    assert small.predict(["planner"]) is not first, "refresh_every bounds the wait while little is known"
+    with pytest.raises(ValueError, match="refresh_share"):
+        MarkovPredictor(refresh_share=0)

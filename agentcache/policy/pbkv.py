@@ -125,7 +125,10 @@ MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refres
 # value by more than CHANGE (relative); every key is recomputed every EPOCH_REFRESHES refreshes (what drifts
 # slowly: the reuse shares, read rates). A workflow's own requests update its values at once.
 REFRESH_EVERY = 16
-REFRESH_SHARE = 8
+REFRESH_SHARE = 4
+# The forecaster re-rolls its contexts every REFRESH_EVERY transitions, or once it learned 1/FORECAST_SHARE
+# more than it knew where that is more: counts of a few more transitions move a forecast by their share.
+FORECAST_SHARE = 16
 CHANGE = 0.01
 EPOCH_REFRESHES = 8
 MAX_READ_FORECASTS = 1024  # forecasts whose values are kept for the next workflow at the same point
@@ -178,7 +181,9 @@ class PBKVPolicy(CachePolicy):
         chosen = (
             predictor
             if predictor is not None
-            else MarkovPredictor(order=DEFAULT_ORDER, horizon=3, refresh_every=REFRESH_EVERY)
+            else MarkovPredictor(
+                order=DEFAULT_ORDER, horizon=3, refresh_every=REFRESH_EVERY, refresh_share=FORECAST_SHARE
+            )
         )
         self.predictor = GuardedPredictor(chosen, budget_ms=predictor_budget_ms)
         self.gamma = gamma
