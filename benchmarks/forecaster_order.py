@@ -20,8 +20,7 @@ from rich.console import Console
 from rich.progress import Progress
 from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
-from agentcache.policy.pbkv import DEFAULT_ORDER, REFRESH_EVERY
-from agentcache.predictor import MarkovPredictor
+from agentcache.policy.pbkv import DEFAULT_ORDER, default_forecaster
 from agentcache.replay.runner import PreparedTrace, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES
 
@@ -39,9 +38,8 @@ def run(families: list[str], orders: list[int]) -> list[dict]:
                 for capacity in generated_trace.capacities:
                     hit = {p: replay_policy(prepared, p, capacity).hit_rate for p in ("lru", "belady")}
                     for order in orders:
-                        forecaster = MarkovPredictor(order=order, horizon=3, refresh_every=REFRESH_EVERY)
                         hit[f"pbkv/order={order}"] = replay_policy(
-                            prepared, "pbkv", capacity, predictor=forecaster
+                            prepared, "pbkv", capacity, predictor=default_forecaster(order)
                         ).hit_rate
                     rows.append({"family": family, "seed": seed, "capacity": capacity, "hit_rate": hit})
                     progress.advance(task)

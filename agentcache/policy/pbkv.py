@@ -160,6 +160,11 @@ PAPER = Ingredients(
 )
 
 
+def default_forecaster(order: int = DEFAULT_ORDER) -> MarkovPredictor:
+    """pbkv's own forecaster (of `order`): what it consults unless given another."""
+    return MarkovPredictor(order=order, horizon=3, refresh_every=REFRESH_EVERY, refresh_share=FORECAST_SHARE)
+
+
 class PBKVPolicy(CachePolicy):
     name = "pbkv"
     keeps_keys = True
@@ -178,13 +183,7 @@ class PBKVPolicy(CachePolicy):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         # Default forecaster: online Markov over the last DEFAULT_ORDER agents, backing off to shorter
         # contexts where data is thin (history-dependent exits such as retry caps need the longer ones).
-        chosen = (
-            predictor
-            if predictor is not None
-            else MarkovPredictor(
-                order=DEFAULT_ORDER, horizon=3, refresh_every=REFRESH_EVERY, refresh_share=FORECAST_SHARE
-            )
-        )
+        chosen = predictor if predictor is not None else default_forecaster()
         self.predictor = GuardedPredictor(chosen, budget_ms=predictor_budget_ms)
         self.gamma = gamma
         self.ingredients = ingredients
