@@ -88,8 +88,8 @@ class MarkovPredictor(Predictor):
             self._agents_by_recency.move_to_end(next_agent)
         context = self._context(path)
         counts = self.counts
-        for n in range(0, len(context) + 1):
-            key = context[len(context) - n :]
+        for start in range(len(context), -1, -1):  # (), then ever longer suffixes up to the whole context
+            key = context[start:]
             row = counts.get(key)
             if row is None:
                 row = counts[key] = defaultdict(float)

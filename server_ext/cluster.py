@@ -351,16 +351,19 @@ class Cluster:
     # -- stop
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """Stop the router first (no new requests), then every worker's process tree."""
+        """Stop the router and every worker's process tree at once: each drains what it has in flight for up to
+        `grace_s`, so a stop takes one grace period, not the router's and then the workers'."""
         self._stopping.set()
         router, self.router = self.router, None
-        if router is not None:
-            _stop_group(router, grace_s)
+        with ThreadPoolExecutor(len(self.workers) + 1) as pool:
+            stops = [pool.submit(w.stop, grace_s) for w in self.workers]
+            if router is not None:
+                stops.append(pool.submit(_stop_group, router, grace_s))
+            for stopped in stops:
+                stopped.result()
         if self._router_log is not None:
             self._router_log.close()
             self._router_log = None
-        with ThreadPoolExecutor(len(self.workers)) as pool:
-            list(pool.map(lambda w: w.stop(grace_s), self.workers))
 
     def poll(self) -> int | None:
         """The exit status of the router or a worker once one of them exited, else None."""

@@ -345,6 +345,40 @@ def test_a_cluster_is_checked_before_anything_starts():
         assert " ".join(flag) in " ".join(cmd)
 
 
+def test_a_cluster_stops_its_router_and_workers_at_once_within_one_grace_period():
+    """Ctrl-C on `agentcache serve --workers N`: the router and the workers each drain for up to the grace
+    period together, so a stop whose processes all take their full grace still ends in one grace period."""
+    import subprocess
+    import sys
+    import time
+
+    from agentcache.server_ext.cluster import Cluster
+    from agentcache.server_ext.launcher import ServeOptions
+
+    draining = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
+
+    def slow_to_stop() -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-c", draining], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        assert process.stdout.readline() == "ready\n"  # SIGTERM is ignored from here on
+        return process
+
+    c = Cluster(ServeOptions(model_size="tiny"), 2, 30000)
+    c.router = slow_to_stop()
+    processes = [c.router]
+    for worker in c.workers:
+        worker.process = slow_to_stop()
+        processes.append(worker.process)
+    grace_s = 2.0
+    started = time.monotonic()
+    c.stop(grace_s=grace_s)
+    assert time.monotonic() - started < 1.5 * grace_s
+    assert all(p.poll() is not None for p in processes) and c.router is None
+
+
 def test_a_port_a_server_just_left_is_free_and_one_a_server_listens_on_is_not():
     import socket
 

@@ -157,6 +157,24 @@ def test_pbkv_values_a_fixed_prompt_node_that_another_agent_reads_past_its_own_f
     assert policy.score(shared) == pytest.approx(1.0)  # b's workflow reads it again next step, past b's fixed prompt
 
 
+def test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_it_read():
+    """A fixed prompt's key reads its agents' demand alone (every workflow shares it): a workflow moving on
+    re-keys its own history, not the fixed prompts it read, unless their demand moved."""
+    forecast = {"coder": [{"coder": 0.5, END: 0.5}, {END: 1.0}]}
+    steady = Ingredients(timing=False, pending=False, arrivals=False)  # the coder's demand stays as it is
+    policy = PBKVPolicy(predictor=FixedForecast(forecast), ingredients=steady)
+    system, history = Node("system"), Node("history")
+    touch(policy, [system, history], "w", "coder", 0.0, fixed_tokens=10)
+    demand = dict(policy._demand)
+    policy.priority(system), policy.priority(history)  # the engine's heap keyed both
+    policy.take_changed_keys()
+    policy.on_request(Tags(workflow="w", agent="coder", fixed_tokens=10), 1.0)
+    assert policy._demand == demand
+    changed = policy.take_changed_keys()
+    assert any(t is tags_of(history) for t in changed)
+    assert not any(t is tags_of(system) for t in changed)
+
+
 def test_pbkv_evicts_ended_workflows_output_no_prompt_resent_before_their_prompts():
     policy = make_policy("pbkv")
     prompt1, out1, prompt2, out2 = Node("prompt1"), Node("out1"), Node("prompt2"), Node("out2")

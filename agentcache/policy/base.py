@@ -319,7 +319,10 @@ class CachePolicy(ABC):
         if t is None or not t.workflows:
             return t is not None
         is_active = self.registry.is_active
-        return not any(is_active(w) for w in reversed(t.workflows))  # most recent last: the likeliest active
+        for workflow in reversed(t.workflows):  # most recent last: the likeliest active
+            if is_active(workflow):
+                return False
+        return True
 
     def classify(self, node: CacheNode) -> str:
         t = tags_of(node)

@@ -46,16 +46,17 @@ class GapModel:
     def residual(self, idle: float) -> float:
         """E[G - idle | G > idle]; `idle` itself when no recorded gap was ever that long."""
         gaps = self._sorted
-        if not gaps:
+        count = len(gaps)
+        if not count:
             return 0.0
         i = bisect_right(gaps, idle)
-        if i == len(gaps):
+        if i == count:
             return idle  # longer than anything seen: it may never come back
         if self._suffix is not None:
             longer = self._suffix[i]
-        elif i * 8 < len(gaps):  # a workflow asked about just after its request, as after every gap added
+        elif i * 8 < count:  # a workflow asked about just after its request, as after every gap added
             longer = self._total - sum(gaps[:i])
         else:
             self._suffix = list(accumulate(reversed(gaps)))[::-1]
             longer = self._suffix[i]
-        return longer / (len(gaps) - i) - idle
+        return longer / (count - i) - idle

@@ -144,6 +144,9 @@ AGE_RESOLUTION_S = 0.05
 AGE_BUCKETS = 64
 AGE_HALF_EVENTS = 4096
 MAX_REKEYS = 1 << 16  # scheduled re-keys kept before the stale ones are dropped
+# Shared, never written: the forecast values of a workflow with none yet, the latest paths of one with none.
+NO_VALUES: dict[str, float] = {}
+NO_LATEST: dict[str, Latest] = {}
 
 PAPER = Ingredients(
     retired_evidence=False,
@@ -223,7 +226,8 @@ class PBKVPolicy(CachePolicy):
         self._refreshes = 0
         self._refresh_every = REFRESH_EVERY
         self._since_refresh = REFRESH_EVERY  # refresh at the first request
-        self._nodes_of: dict[WorkflowKey, dict[int, NodeTags]] = {}  # active workflow -> nodes it touched
+        # active workflow -> the nodes it touched whose keys read it (a fixed prompt's read the demand alone)
+        self._nodes_of: dict[WorkflowKey, dict[int, NodeTags]] = {}
         self._fixed_nodes: dict[str, dict[int, NodeTags]] = {}  # agent -> nodes of its fixed prompt
 
     # -- learning
@@ -257,10 +261,11 @@ class PBKVPolicy(CachePolicy):
         return state
 
     def on_admit(self, tags: Tags) -> None:
-        if self._pending.get(tags.key) == tags.identity:  # its prefix is held now: eviction cannot take it
-            del self._pending[tags.key]
+        workflow = tags.key
+        if self._pending.get(workflow) == tags.identity:  # its prefix is held now: eviction cannot take it
+            del self._pending[workflow]
             self.registry.version += 1  # the demand changes
-            state = self.registry.get(tags.key)
+            state = self.registry.get(workflow)
             if state is not None:
                 self._update(state)
 
@@ -285,13 +290,13 @@ class PBKVPolicy(CachePolicy):
         self._invalidate(self._nodes_of.get(workflow))
         active = self.registry.is_active(workflow)
         mine = self._nodes_of.setdefault(workflow, {}) if active else None
-        forget_key, fixed_nodes = self.forget_key, None
+        forget_key, fixed_nodes, keyed_by_workflows = self.forget_key, None, self._keyed_by_workflows
         for node in path:
             t = getattr(node, TAGS_ATTR, None)
             if t is None:
                 continue
             forget_key(t)
-            if mine is not None:
+            if mine is not None and keyed_by_workflows(t):
                 mine[id(t)] = t
             if agent in t.fixed_agents:
                 if fixed_nodes is None:
@@ -299,12 +304,19 @@ class PBKVPolicy(CachePolicy):
                 fixed_nodes[id(t)] = t
 
     def adopt(self, tags: NodeTags) -> None:
-        for workflow in tags.workflows:
-            mine = self._nodes_of.get(workflow)
-            if mine is not None:
-                mine[id(tags)] = tags
+        if self._keyed_by_workflows(tags):
+            for workflow in tags.workflows:
+                mine = self._nodes_of.get(workflow)
+                if mine is not None:
+                    mine[id(tags)] = tags
         for agent in tags.fixed_agents:
             self._fixed_node(agent)[id(tags)] = tags
+
+    def _keyed_by_workflows(self, t: NodeTags) -> bool:
+        """Whether the key of `t`'s node reads the workflows that touched it, so that their changes re-key it.
+        A fixed prompt's key reads its agents' demand alone (score), unless some request read the node past
+        its own fixed prompt; asked as each request tags the node, after tagging set both."""
+        return t.past_fixed or not t.fixed_agents or not self.ingredients.fixed_by_forecast
 
     def _fixed_node(self, agent: str) -> dict[int, NodeTags]:
         nodes = self._fixed_nodes.get(agent)
@@ -429,7 +441,7 @@ class PBKVPolicy(CachePolicy):
     def _update(self, state: WorkflowState) -> None:
         """A workflow moved on (or its request was admitted): its weight, its part of the demand, its nodes."""
         weight = self._weights[state.id] = self.timing_weight(state)
-        values = self._values.get(state.id, {})
+        values = self._values.get(state.id, NO_VALUES)
         self._set_part(state.id, (weight, values, self._pending.get(state.id)))
         self._invalidate(self._nodes_of.get(state.id))
 
@@ -509,6 +521,9 @@ class PBKVPolicy(CachePolicy):
             self._pending,
         )
         by_forecast = ingredients.fixed_by_forecast
+        # Workflows at the same point share one forecast (one values object): its weights are summed first,
+        # and each shared forecast is added to the demand once.
+        weight_of_values: dict[int, list] = {}
         for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
             workflow = state.id
             weight = weigh(state)
@@ -518,14 +533,20 @@ class PBKVPolicy(CachePolicy):
                 self._invalidate(nodes_of.get(workflow), rising=rising)
                 keyed_weight = weight
             weights[workflow] = keyed_weight
-            values = values_of.get(workflow, {})
+            values = values_of.get(workflow, NO_VALUES)
             waiting = pending.get(workflow)
             parts[workflow] = (weight, values, waiting)
             if by_forecast:
-                for agent, v in values.items():
-                    demand[agent] = demand.get(agent, 0.0) + weight * v
+                summed = weight_of_values.get(id(values))
+                if summed is None:
+                    weight_of_values[id(values)] = [values, weight]
+                else:
+                    summed[1] += weight
                 if waiting is not None:
                     demand[waiting] = demand.get(waiting, 0.0) + 1.0
+        for values, weight in weight_of_values.values():
+            for agent, v in values.items():
+                demand[agent] = demand.get(agent, 0.0) + weight * v
         keyed = {}  # agents absent from the demand have none (and keep no entry)
         for agent in demand.keys() | self._keyed_demand.keys():
             now, then = demand.get(agent, 0.0), self._keyed_demand.get(agent, 0.0)
@@ -546,9 +567,13 @@ class PBKVPolicy(CachePolicy):
             return 0.0
         ingredients = self.ingredients
         fixed = t.fixed_agents if ingredients.fixed_by_forecast else ()
-        total = sum(self._keyed_demand.get(agent, 0.0) for agent in fixed)
-        if fixed and not t.past_fixed:  # every workflow's agents are among `fixed`: a shared prompt, no more
-            return total
+        total = 0.0
+        if fixed:
+            demand = self._keyed_demand
+            for agent in fixed:
+                total += demand.get(agent, 0.0)
+            if not t.past_fixed:  # every workflow's agents are among `fixed`: a shared prompt, no more
+                return total
         current_only, reuse = ingredients.current_paths, ingredients.reuse
         weights, values_of, pending, latest_of, share = (
             self._weights,
@@ -565,7 +590,7 @@ class PBKVPolicy(CachePolicy):
                 continue
             values = values_of.get(workflow)
             waiting = pending.get(workflow)
-            latest = latest_of.get(workflow) or {}
+            latest = latest_of.get(workflow) or NO_LATEST
             for a, stamp in agents.items():
                 if a in fixed:
                     continue
@@ -598,7 +623,7 @@ class PBKVPolicy(CachePolicy):
         value = self.score(node, t)
         if ing.evidence and t is not None:
             value *= (t.hits + 1) / (t.hits + 2)
-        if tiered and ing.retired_evidence and value < self.retired_reads.share(_latest_agents(t)):
+        if tiered and ing.retired_evidence and value < self.retired_reads.share_of(t):
             return self._retired_key(node, t)  # its own workflows will read it less than others read retired cache
         if ing.cost and value > 0.0:
             depth = t.depth if t is not None else node_tokens(node)
@@ -800,6 +825,11 @@ class RetiredReads:
             return 0.0
         return max((shares.get(a, 0.0) for a in agents), default=0.0)
 
+    def share_of(self, t: NodeTags) -> float:
+        """share() for the agents of the workflow that touched `t` last (asked for every key computed: where no
+        retired cache was ever read again, without looking them up)."""
+        return self.share(_latest_agents(t)) if self._shares else 0.0
+
 
 class RetiredAges:
     """What a retired node's age says it is worth, per agent that wrote it: the chance that a retired node of
@@ -929,7 +959,12 @@ def _moved(old: float | None, new: float | None) -> bool:
     """Whether a value changed by more than CHANGE of itself (appearing or disappearing counts)."""
     if old is None or new is None:
         return old is not new
-    return abs(new - old) > CHANGE * max(abs(new), abs(old))
+    # abs() and max() spelled out: this runs for every workflow at every refresh.
+    larger = new if new >= 0.0 else -new
+    other = old if old >= 0.0 else -old
+    if other > larger:
+        larger = other
+    return (new - old if new > old else old - new) > CHANGE * larger
 
 
 def _ewma(mean: float, sample: float, alpha: float = 0.05) -> float:

@@ -10,7 +10,7 @@ not know counts as retired, which is all a node's bookkeeping needs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -40,6 +40,9 @@ class WorkflowRegistry:
         self.max_active = max_active
         self.max_path = max_path
         self._active: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()
+        # The policies ask these for every node they rank: the dict's own methods, no Python frame per call.
+        self.is_active: Callable[[WorkflowKey], bool] = self._active.__contains__
+        self.get: Callable[[WorkflowKey], WorkflowState | None] = self._active.get
         self.retired_count = 0
         self.expired_count = 0
         self.version = 0  # bumped on every change that can move a forecast
@@ -88,12 +91,6 @@ class WorkflowRegistry:
         return state
 
     # -- queries
-
-    def is_active(self, workflow: WorkflowKey) -> bool:
-        return workflow in self._active
-
-    def get(self, workflow: WorkflowKey) -> WorkflowState | None:
-        return self._active.get(workflow)
 
     def active(self) -> Iterator[WorkflowState]:
         return iter(self._active.values())
