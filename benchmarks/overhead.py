@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import platform
 import pstats
@@ -170,6 +171,7 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                 modelled_ms: dict[str, float] = {}
                 for _ in range(repeat):
                     for policy in order:
+                        gc.collect()  # each replay pays for its own garbage, not for the one before it
                         if policy == ALONE:
                             result = replay_sglang_alone(prepared, "lfu", capacity)
                             alone_label = result.policy
@@ -245,7 +247,8 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         f"in-flight / {MEAN_WORKFLOW_S:.0f} s per second; `measured`: workflows open averaged over the whole run, ramp-up",
         "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay divided by its requests, which is all the",
         "cache work of a request (prefix match, insert, eviction rounds, the policy's bookkeeping); the",
-        f"median of {repeat} runs per policy, the policies in rotating order, min-max in brackets. The ratios",
+        f"median of {repeat} runs per policy, the policies in rotating order, each after a full garbage collection",
+        "(a replay pays for the garbage it makes, not for the one before it), min-max in brackets. The ratios",
         "are paired: each repetition's pbkv over the same repetition's baseline, then their median and",
         "min-max (the machine's speed drifts by tens of percent over minutes; a pair run back to back shares it).",
         "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",

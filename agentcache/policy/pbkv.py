@@ -295,7 +295,8 @@ class PBKVPolicy(CachePolicy):
             t = getattr(node, TAGS_ATTR, None)
             if t is None:
                 continue
-            forget_key(t)
+            if t.key_epoch != FORGOTTEN:  # most were, as the workflow's nodes, just above
+                forget_key(t)
             if mine is not None and keyed_by_workflows(t):
                 mine[id(t)] = t
             if agent in t.fixed_agents:
@@ -482,16 +483,19 @@ class PBKVPolicy(CachePolicy):
             return
         rising = rising and not self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced
         forget_key = self.forget_key
-        gone = []
+        gone = None  # rarely any: no list made per call
         for key, t in nodes.items():
             if t.evicted:
+                if gone is None:
+                    gone = []
                 gone.append(key)
             elif t.key_epoch != FORGOTTEN:  # else reported already since its key was last computed
                 # A key grows with its forecast value; one valued by its read rate alone (value 0) reads a
                 # rate that falls with time.
                 forget_key(t, rising and t.key is not None and t.key[1] > 0.0)
-        for key in gone:
-            del nodes[key]
+        if gone is not None:
+            for key in gone:
+                del nodes[key]
 
     def _refresh(self) -> None:
         """Recompute what changes with time alone: each workflow's weight and the arrivals; the demand D(a)
@@ -679,10 +683,10 @@ class PBKVPolicy(CachePolicy):
         what it matched, and untouched by it yet. The next tagging finds them its own, so not retired."""
         depth = 0
         for node in path:
-            depth += node_tokens(node)
+            t = getattr(node, TAGS_ATTR, None)
+            depth = t.depth if t is not None else depth + node_tokens(node)  # a tagged node keeps its depth
             if matched_tokens is not None and depth > matched_tokens:
                 break
-            t = tags_of(node)
             # A node the (active) workflow touched already is its own, not retired: the finish after a
             # checkpoint skips the whole path at one lookup per node.
             if t is not None and workflow not in t.workflows and not t.fixed_agents and self.is_retired(t):
@@ -725,7 +729,8 @@ class ReuseEvidence:
         held = set()
         depth = 0
         for node in path:
-            depth += node_tokens(node)
+            t = getattr(node, TAGS_ATTR, None)
+            depth = t.depth if t is not None else depth + node_tokens(node)  # a tagged node keeps its depth
             if depth > matched_tokens:
                 break
             held.add(id(node))
