@@ -22,8 +22,10 @@ import json
 import platform
 import pstats
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -111,15 +113,17 @@ def count_keys(prepared: PreparedTrace, capacity: int) -> tuple[int, int]:
     return asked, computed
 
 
-def breakdown(in_flight: int, capacity: int) -> dict[str, float]:
-    """Milliseconds per request inside each of pbkv's entry points, in one replay with a timer around each
-    (the timers add their own cost: read the shares, not the sum)."""
+def breakdown(in_flight: int, capacity: int) -> dict[str, tuple[float, float]]:
+    """Per request inside each of pbkv's entry points: milliseconds, in one replay with a timer around each (the
+    timers add their own cost: read the shares, not the sum), and Python calls (built-ins included) in one more
+    replay under a profile hook, which do not move with the machine."""
     from agentcache.engine.adapter import EvictionHeap, TaggedFullComponent
 
     points = {
         "request bookkeeping (on_request)": (PBKVPolicy, "on_request"),
         "  of which the forecast (on_transition)": (PBKVPolicy, "on_transition"),
         "  of which the periodic refresh (_refresh)": (PBKVPolicy, "_refresh"),
+        "admissions (on_admit)": (PBKVPolicy, "on_admit"),
         "path tagging (tag_path)": (PBKVPolicy, "tag_path"),
         "workflow ends (on_end)": (PBKVPolicy, "on_end"),
         "eviction heap upkeep (sync)": (EvictionHeap, "sync"),
@@ -151,9 +155,40 @@ def breakdown(in_flight: int, capacity: int) -> dict[str, float]:
                 delattr(owner, name)
             else:
                 setattr(owner, name, originals[label])
-    return {label: seconds / result.requests * 1e3 for label, seconds in spent.items()} | {
-        "the whole replay": result.replay_wall_s / result.requests * 1e3
+    calls = calls_within(prepared, capacity, {originals[label].__code__: label for label in points})
+    per_request = {
+        label: (seconds / result.requests * 1e3, calls[label] / result.requests) for label, seconds in spent.items()
     }
+    return per_request | {
+        "the whole replay": (result.replay_wall_s / result.requests * 1e3, calls[None] / result.requests)
+    }
+
+
+def calls_within(prepared: PreparedTrace, capacity: int, entries: dict[Any, str]) -> dict[str | None, int]:
+    """Python calls (built-ins included) made inside each entry point (by its code object) in one pbkv replay,
+    nested entries counted in each; under None, every call of the replay."""
+    counts: dict[str | None, int] = dict.fromkeys([*entries.values(), None], 0)
+    inside: list[tuple[Any, str]] = []  # (frame, label) of the entry points on the stack, outermost first
+
+    def hook(frame, event, _arg) -> None:  # noqa: ANN001
+        if event == "call" or event == "c_call":
+            counts[None] += 1
+            for label in {label for _, label in inside}:
+                counts[label] += 1
+            label = entries.get(frame.f_code) if event == "call" else None
+            if label is not None:
+                if all(entered != label for _, entered in inside):
+                    counts[label] += 1
+                inside.append((frame, label))
+        elif event == "return" and inside and inside[-1][0] is frame:
+            inside.pop()
+
+    sys.setprofile(hook)
+    try:
+        replay_policy(prepared, "pbkv", capacity)
+    finally:
+        sys.setprofile(None)
+    return counts
 
 
 def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: int) -> list[dict]:
@@ -340,10 +375,12 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "(`tests/test_replay.py::test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would`).",
         "",
         "Where the rest of pbkv's time goes: `.venv/bin/python benchmarks/overhead.py --breakdown",
-        "IN_FLIGHT CAPACITY` times each of its entry points at one point. The remainder is bookkeeping per",
-        "request that lfu does not do: the forecast of the workflow's next agents, its timing weight and",
-        "part of the fixed prompts' demand, the periodic refresh of every open workflow's timing weight,",
-        "and the keys that these changes make it recompute.",
+        "IN_FLIGHT CAPACITY` times each of its entry points at one point and counts the Python calls made",
+        "inside each (those do not move with the machine). Beyond the eviction heap, whose upkeep costs about",
+        "what SGLang's own rebuild does, the rest is bookkeeping per request that lfu does not do: the forecast",
+        "of the workflow's next agents, its timing weight and part of the fixed prompts' demand (at its",
+        "request and again at its admission), the periodic refresh of every open workflow's timing weight,",
+        "the walks of its path when it is tagged, and the keys that these changes make it recompute.",
         "",
         "How pbkv keeps its keys cheap (agentcache/policy/pbkv.py): each node's eviction key is kept on the",
         "node and recomputed only when something it depends on changed (the node was used, a workflow it",
@@ -381,8 +418,9 @@ def main() -> None:
         table = Table(title=f"pbkv, {args.breakdown[0]} in flight, capacity {args.breakdown[1]:,}")
         table.add_column("entry point")
         table.add_column("ms/request", justify="right")
-        for label, ms in breakdown(*args.breakdown).items():
-            table.add_row(label, f"{ms:.3f}")
+        table.add_column("Python calls/request", justify="right")
+        for label, (ms, calls) in breakdown(*args.breakdown).items():
+            table.add_row(label, f"{ms:.3f}", f"{calls:,.1f}")
         Console().print(table)
         return
     if args.quick:
