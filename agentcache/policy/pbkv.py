@@ -281,7 +281,7 @@ class PBKVPolicy(CachePolicy):
         if self.ingredients.retired_evidence or self.ingredients.retired_ages:
             self._count_retired_reads(path, workflow, matched_tokens)
         if matched_tokens is not None:
-            previous = self.latest.get(workflow, {}).get(agent)
+            previous = self.latest.get(workflow, NO_LATEST).get(agent)
             if previous is not None:
                 self.reuse.observe(agent, previous, path, matched_tokens)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
@@ -365,7 +365,7 @@ class PBKVPolicy(CachePolicy):
         out = []
         next_callers: dict[str, float] = {}
         for workflow, row in self._next.items():
-            latest = self.latest.get(workflow, {})
+            latest = self.latest.get(workflow, NO_LATEST)
             for agent, p in row.items():
                 next_callers[agent] = next_callers.get(agent, 0.0) + p
                 if agent in latest:
