@@ -24,6 +24,7 @@ from suite import DOCS, GENERATED, mean_prompt
 
 from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor import Predictor, PredictorSpec
+from agentcache.predictor.markov import SERVING_REFRESH_EVERY, SERVING_REFRESH_SHARE
 from agentcache.predictor.training import Evaluation, TrainConfig, evaluate, train_neural, warm_up
 from agentcache.trace import Trace
 from agentcache.workloads import generate
@@ -112,7 +113,10 @@ def markdown(results: dict[str, list[Evaluation]], epochs: int, seconds: float) 
         f"The neural predictor is trained per family for {epochs} epochs (default NeuralConfig, CPU, one thread); "
         "the online predictors (markov, markov-n, static's END rate) observe the training traces in order, then "
         "score the test trace prequentially: at every request they learn the transition it reveals, then "
-        "forecast the workflow's new state.",
+        "forecast the workflow's new state. The Markov ones re-roll a context's forecast at the pace they serve "
+        f"pbkv at (every {SERVING_REFRESH_EVERY} transitions learned, or 1/{SERVING_REFRESH_SHARE} more than "
+        f"they knew where that is more), so `markov-n:{DEFAULT_ORDER}` here is pbkv's own forecaster and a "
+        "`predict()` mostly returns a kept forecast.",
         "",
         "Per step k: **top-1** is how often the row's most likely outcome (END included) is what came k requests "
         "later; **log-loss** is the mean `-ln p` of it, probabilities floored at 1e-6. **ms** is the mean wall "

@@ -21,7 +21,9 @@ appears: many workflows share few contexts, and on a busy server the counts
 of one more transition barely move a forecast. With `refresh_share`, the wait
 grows with what was learned (at least 1/refresh_share of all transitions so
 far): a transition moves a forecast by about one over the transitions behind
-it, so a long-running server re-rolls its contexts ever more rarely.
+it, so a long-running server re-rolls its contexts ever more rarely. A
+forecaster built from a spec (``markov``, ``markov-n:N``) re-rolls at
+SERVING_REFRESH_EVERY and SERVING_REFRESH_SHARE, as pbkv's own does.
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 
 from agentcache.predictor.base import END, START, Forecast, Predictor
+
+# What a forecaster that serves a policy re-rolls at: every SERVING_REFRESH_EVERY transitions, or once it learned
+# 1/SERVING_REFRESH_SHARE more than it knew where that is more (counts of a few more transitions move a forecast
+# by their share). Re-rolling every context of an order-6 forecaster after every transition was pbkv's largest
+# cost per request on a busy server.
+SERVING_REFRESH_EVERY = 16
+SERVING_REFRESH_SHARE = 16
 
 
 class MarkovPredictor(Predictor):

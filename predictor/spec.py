@@ -78,13 +78,20 @@ class PredictorSpec:
 
         `horizon` sets K for the online predictors (a neural model keeps the K it was trained with);
         `call_graph_source` names where the graph came from, in messages about agents it does not know.
+        A Markov forecaster re-rolls at the serving pace (SERVING_REFRESH_EVERY), so `markov-n:6` is exactly
+        pbkv's own forecaster.
         """
-        from agentcache.predictor.markov import MarkovPredictor
+        from agentcache.predictor.markov import SERVING_REFRESH_EVERY, SERVING_REFRESH_SHARE, MarkovPredictor
         from agentcache.predictor.noise import NoisyPredictor
         from agentcache.predictor.static import StaticGraphPredictor
 
         if self.kind in ("markov", "markov-n"):
-            return MarkovPredictor(order=self.order, horizon=horizon)
+            return MarkovPredictor(
+                order=self.order,
+                horizon=horizon,
+                refresh_every=SERVING_REFRESH_EVERY,
+                refresh_share=SERVING_REFRESH_SHARE,
+            )
         if self.kind == "static":
             if not call_graph:
                 raise ValueError("the static predictor needs a call graph (a trace's meta call_graph, or --call-graph)")

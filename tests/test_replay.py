@@ -389,3 +389,19 @@ def test_retired_ages_keep_some_conversations_whole_where_lru_would_evict_each_b
     assert history_read["pbkv"] > 2 * history_read["pbkv/-retired-ages"], history_read
     assert by_age.hit_rate > by_recency.hit_rate + 0.1
     assert by_age.hit_rate > replay_policy(prepared, "slru", capacity).hit_rate  # SGLang's best built-in here
+
+
+def test_naming_pbkvs_default_forecaster_gives_exactly_the_default_pbkv():
+    """`--predictor markov-n:6` (or AGENTCACHE_PREDICTOR) names pbkv's own forecaster: the same forecasts,
+    re-rolled at the same pace, so the same decisions as leaving the option out."""
+    from agentcache.policy.pbkv import DEFAULT_ORDER
+    from agentcache.predictor import PredictorSpec
+    from agentcache.workloads import GenConfig, generate
+
+    trace = generate("fact-verify", GenConfig(workflows=20, seed=1))
+    prepared = PreparedTrace(trace)
+    capacity = 4 * sum(r.prompt_tokens for r in trace.requests) // len(trace.requests)
+    named = PredictorSpec.parse(f"markov-n:{DEFAULT_ORDER}").build(trace.meta.call_graph)
+    default = replay_policy(prepared, "pbkv", capacity)
+    assert 0 < default.hit_tokens < default.prompt_tokens
+    assert replay_policy(prepared, "pbkv", capacity, predictor=named).hit_tokens == default.hit_tokens

@@ -87,7 +87,7 @@ from agentcache.policy.base import (
 from agentcache.policy.gaps import GapModel
 from agentcache.policy.prefetch import Candidate
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
-from agentcache.predictor import END, MarkovPredictor, Predictor
+from agentcache.predictor import END, Predictor, PredictorSpec
 from agentcache.predictor.base import AgentCoverage, PerForecast
 from agentcache.predictor.guard import GuardedPredictor
 from agentcache.tags import Tags, WorkflowKey
@@ -126,9 +126,6 @@ MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refres
 # slowly: the reuse shares, read rates). A workflow's own requests update its values at once.
 REFRESH_EVERY = 16
 REFRESH_SHARE = 4
-# The forecaster re-rolls its contexts every REFRESH_EVERY transitions, or once it learned 1/FORECAST_SHARE
-# more than it knew where that is more: counts of a few more transitions move a forecast by their share.
-FORECAST_SHARE = 16
 CHANGE = 0.01
 EPOCH_REFRESHES = 8
 MAX_READ_FORECASTS = 1024  # forecasts whose values are kept for the next workflow at the same point
@@ -163,9 +160,10 @@ PAPER = Ingredients(
 )
 
 
-def default_forecaster(order: int = DEFAULT_ORDER) -> MarkovPredictor:
-    """pbkv's own forecaster (of `order`): what it consults unless given another."""
-    return MarkovPredictor(order=order, horizon=3, refresh_every=REFRESH_EVERY, refresh_share=FORECAST_SHARE)
+def default_forecaster(order: int = DEFAULT_ORDER) -> Predictor:
+    """pbkv's own forecaster (of `order`): what it consults unless given another; the one `markov-n:<order>`
+    names (re-rolled at the serving pace)."""
+    return PredictorSpec("markov-n", order=order).build(horizon=3)
 
 
 class PBKVPolicy(CachePolicy):
