@@ -132,8 +132,9 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--predictor",
-        help=f"pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt (default: each policy's own; pbkv's"
-        f" is {DEFAULT_PREDICTOR})",
+        help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt, or oracle (each workflow's real next"
+        f" agents, read from the trace: what perfect forecasts would give) (default: each policy's own; pbkv's is"
+        f" {DEFAULT_PREDICTOR})",
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
     p.add_argument(
@@ -195,14 +196,16 @@ def _run_replay(args: argparse.Namespace) -> int:
     predictor_text = args.predictor or DEFAULT_PREDICTOR
     try:
         spec = PredictorSpec.parse(f"noise:{args.noise}:{predictor_text}" if args.noise > 0 else predictor_text)
-        spec.build(trace.meta.call_graph)  # fail now, clearly, not in the middle of a replay
+        spec.build(trace.meta.call_graph, trace=trace)  # fail now, clearly, not in the middle of a replay
     except (ValueError, OSError) as exc:
         raise UsageError(f"--predictor: {exc}") from None
+    if args.instances > 1 and spec.offline:
+        raise UsageError("--predictor oracle follows one cache's requests in trace order: not with --instances")
     # Without --predictor (and noise) each policy keeps its own forecaster (pbkv-paper: Markov-1).
     own = args.predictor is None and args.noise == 0
 
     def predictor_factory():  # noqa: ANN202
-        return None if own else spec.build(trace.meta.call_graph)
+        return None if own else spec.build(trace.meta.call_graph, trace=trace)
 
     from agentcache.replay.runner import replay  # imports SGLang (~15 s)
 

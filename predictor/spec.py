@@ -1,4 +1,5 @@
-"""Predictor specs (``markov``, ``markov-n:3``, ``static``, ``neural:model.pt``, ``noise:0.2:markov``), parsed once.
+"""Predictor specs (``markov``, ``markov-n:3``, ``static``, ``neural:model.pt``, ``noise:0.2:markov``, ``oracle``),
+parsed once.
 
 The CLI, the replay and the server all take a spec string from a user; each
 parses it here into a :class:`PredictorSpec` as soon as it gets it (so a bad
@@ -9,15 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentcache.predictor.base import Predictor
 
-SPECS = "markov, markov-n:N, static, neural:PATH.pt, noise:LAMBDA:<spec>"
+if TYPE_CHECKING:
+    from agentcache.trace import Trace
+
+SPECS = "markov, markov-n:N, static, neural:PATH.pt, noise:LAMBDA:<spec>, oracle (replay only)"
 
 
 @dataclass(frozen=True)
 class PredictorSpec:
-    kind: str  # markov | markov-n | static | neural | noise
+    kind: str  # markov | markov-n | static | neural | noise | oracle
     order: int = 1  # markov-n
     path: str | None = None  # neural: the model file
     noise: float = 0.0  # noise: lambda
@@ -39,6 +44,8 @@ class PredictorSpec:
             return cls("markov-n", order=order)
         if kind == "static" and not rest:
             return cls("static")
+        if kind == "oracle" and not rest:
+            return cls("oracle")
         if kind == "neural":
             if not rest:
                 raise ValueError(f"predictor {text!r}: neural needs a model file, like neural:model.pt")
@@ -58,6 +65,11 @@ class PredictorSpec:
             return cls("noise", noise=lam, inner=cls.parse(inner))
         raise ValueError(f"unknown predictor {text!r}; expected one of: {SPECS}")
 
+    @property
+    def offline(self) -> bool:
+        """Whether it reads the future of a trace (the oracle, or noise over it): one replay of it, in order."""
+        return self.kind == "oracle" or (self.inner is not None and self.inner.offline)
+
     def __str__(self) -> str:
         if self.kind == "markov-n":
             return f"markov-n:{self.order}"
@@ -73,8 +85,10 @@ class PredictorSpec:
         *,
         horizon: int = 3,
         call_graph_source: str = "the call graph",
+        trace: Trace | None = None,
     ) -> Predictor:
-        """A new predictor; `call_graph` is the static one's. Raises ValueError (or OSError) naming the problem.
+        """A new predictor; `call_graph` is the static one's, `trace` the one the oracle replays (it reads
+        each workflow's future there). Raises ValueError (or OSError) naming the problem.
 
         `horizon` sets K for the online predictors (a neural model keeps the K it was trained with);
         `call_graph_source` names where the graph came from, in messages about agents it does not know.
@@ -92,6 +106,13 @@ class PredictorSpec:
                 refresh_every=SERVING_REFRESH_EVERY,
                 refresh_share=SERVING_REFRESH_SHARE,
             )
+        if self.kind == "oracle":
+            if trace is None:
+                raise ValueError("the oracle forecaster reads each workflow's future from a trace: replay only")
+            from agentcache.predictor.oracle import OraclePredictor
+
+            # What a new workflow calls first is no workflow's future: an online Markov forecaster answers that.
+            return OraclePredictor(trace, PredictorSpec("markov").build(horizon=horizon), horizon)
         if self.kind == "static":
             if not call_graph:
                 raise ValueError("the static predictor needs a call graph (a trace's meta call_graph, or --call-graph)")
@@ -104,5 +125,5 @@ class PredictorSpec:
             return NeuralPredictor.load(self.path)
         assert self.inner is not None
         return NoisyPredictor(
-            self.inner.build(call_graph, horizon=horizon, call_graph_source=call_graph_source), self.noise
+            self.inner.build(call_graph, horizon=horizon, call_graph_source=call_graph_source, trace=trace), self.noise
         )

@@ -405,3 +405,50 @@ def test_naming_pbkvs_default_forecaster_gives_exactly_the_default_pbkv():
     default = replay_policy(prepared, "pbkv", capacity)
     assert 0 < default.hit_tokens < default.prompt_tokens
     assert replay_policy(prepared, "pbkv", capacity, predictor=named).hit_tokens == default.hit_tokens
+
+
+def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_traces):
+    """`--predictor oracle`: what perfect forecasts would give pbkv. Each request's forecast is its workflow's
+    real next agents (END once it has no more), a new workflow's is learned online, and a report that is not
+    the trace's next request fails loudly rather than forecast another workflow's future."""
+    from agentcache.policy.pbkv import PBKVPolicy
+    from agentcache.predictor import END, PredictorSpec
+
+    trace = small_traces["fact-verify"]
+    oracle = PredictorSpec.parse("oracle").build(trace=trace)
+    policy = PBKVPolicy(predictor=oracle)
+    requests = trace.requests
+    for i, request in enumerate(requests):
+        state = policy.on_request(Tags(workflow=request.workflow, agent=request.agent), request.ts)
+        following = [r.agent for r in requests[i + 1 :] if r.workflow == request.workflow][:3]
+        expected = [{agent: 1.0} for agent in following] + [{END: 1.0}] * (3 - len(following))
+        assert oracle.predict(state.path) == expected
+    assert oracle.predict([]) == oracle.inner.predict([]) and oracle.inner.predict([])[0], "learned online"
+    with pytest.raises(ValueError, match="comes from 'decomposer'"):
+        fresh = PredictorSpec.parse("oracle").build(trace=trace)
+        fresh.observe([], "verifier")
+    with pytest.raises(ValueError, match="replay only"):
+        PredictorSpec.parse("noise:0.1:oracle").build()  # a server, or eval-predictor, has no future to read
+
+
+def test_a_server_refuses_the_oracle_forecaster_at_start_up(monkeypatch):
+    from server_ext.config import ConfigError, PluginConfig
+
+    monkeypatch.setenv("AGENTCACHE_POLICY", "pbkv")
+    monkeypatch.setenv("AGENTCACHE_PREDICTOR", "oracle")
+    with pytest.raises(ConfigError, match="AGENTCACHE_PREDICTOR='oracle': .*replay only"):
+        PluginConfig.from_env()
+
+
+def test_cli_replay_with_perfect_forecasts_and_where_it_cannot(tmp_path, capsys, small_traces):
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, small_traces["fact-verify"])
+    assert main(["replay", str(path), "--capacity", "8000", "--policy", "pbkv", "--predictor", "oracle", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.0 < row["hit_rate"] < 1.0
+    argv = ["replay", str(path), "--capacity", "8000", "--predictor", "oracle", "--instances", "2"]
+    assert main(argv) == 2
+    assert "not with --instances" in capsys.readouterr().err
