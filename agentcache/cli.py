@@ -132,9 +132,9 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--predictor",
-        help="pbkv's forecaster: markov, markov-n:N, static, neural:MODEL.pt, or oracle (each workflow's real next"
-        f" agents, read from the trace: what perfect forecasts would give) (default: each policy's own; pbkv's is"
-        f" {DEFAULT_PREDICTOR})",
+        help="the forecaster of pbkv and its variants (pbkv-paper, pbkv/-ingredient): markov, markov-n:N, static,"
+        " neural:MODEL.pt, or oracle (each workflow's real next agents, read from the trace: what perfect forecasts"
+        f" would give) (default: each policy's own; pbkv's is {DEFAULT_PREDICTOR})",
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
     p.add_argument(

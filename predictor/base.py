@@ -32,6 +32,7 @@ class Predictor(ABC):
     name: str = "predictor"
     source: str = ""  # where its knowledge comes from, for messages: "the call graph g.json", "the model m.pt"
     learns_online: bool = True  # False: it knows a fixed set of agents (a call graph, a trained model)
+    offline: bool = False  # True: it reads a recorded trace's future (replay only); its faults are bugs to show
 
     def __init__(self, horizon: int = 3):
         if horizon < 1:

@@ -52,6 +52,8 @@ class GuardedPredictor(Predictor):
 
     def predict(self, path: Sequence[str], hidden: Sequence[float] | None = None) -> Forecast:
         self.coverage.count(self.inner, path[-1] if path else None)
+        if self.inner.offline:  # a replay's perfect forecasts: no budget, and a fault must stop the replay
+            return self.inner.predict(path, hidden)
         started = time.perf_counter()
         try:
             rows = self.inner.predict(path, hidden)
@@ -70,6 +72,9 @@ class GuardedPredictor(Predictor):
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         self.fallback.observe(path, next_agent)
+        if self.inner.offline:
+            self.inner.observe(path, next_agent)
+            return
         try:
             self.inner.observe(path, next_agent)
         except Exception:

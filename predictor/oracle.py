@@ -21,12 +21,13 @@ from agentcache.trace import End, Trace
 
 class OraclePredictor(Predictor):
     name = "oracle"
+    offline = True  # GuardedPredictor lets its errors through: a replay must not go on with wrong forecasts
 
     def __init__(self, trace: Trace, inner: Predictor, horizon: int = 3):
         super().__init__(horizon)
         self.inner = inner  # forecasts what new workflows call, and learns as the policy reports
         self.source = f"the future of trace {trace.meta.name or '(unnamed)'}"
-        self._agents = [r.agent for r in trace.requests]
+        self._requests = [(r.agent, r.workflow) for r in trace.requests]
         self._rows = self._futures(trace)
         self._served = 0  # trace requests reported so far
 
@@ -57,11 +58,17 @@ class OraclePredictor(Predictor):
         self.inner.observe(path, next_agent)
         if next_agent == END:
             return
-        if self._served >= len(self._agents) or self._agents[self._served] != next_agent:
-            expected = self._agents[self._served] if self._served < len(self._agents) else "no more requests"
+        served = self._served
+        if served >= len(self._requests) or self._requests[served][0] != next_agent:
+            expected = (
+                f"request {served} of the trace (counting requests) comes from {self._requests[served][0]!r} of "
+                f"workflow {self._requests[served][1]!r}"
+                if served < len(self._requests)
+                else f"the trace has only {len(self._requests)} requests"
+            )
             raise ValueError(
-                f"the oracle forecaster was told of a request by {next_agent!r} where the trace's request "
-                f"{self._served} comes from {expected!r}: it forecasts only a replay of its own trace, in order"
+                f"the oracle forecaster was told of a request by {next_agent!r}, but {expected}: it forecasts "
+                "only a replay of its own trace, in order"
             )
         self._served += 1
 

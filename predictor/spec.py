@@ -62,13 +62,16 @@ class PredictorSpec:
                 raise ValueError(f"predictor {text!r}: noise lam must be in [0, 1]")
             if not inner:
                 raise ValueError(f"predictor {text!r}: noise needs an inner predictor, like noise:0.2:markov")
-            return cls("noise", noise=lam, inner=cls.parse(inner))
+            perturbed = cls.parse(inner)
+            if perturbed.offline:  # noise spreads over the outcomes a forecast names: only the true ones here
+                raise ValueError(f"predictor {text!r}: noise over the oracle would never name a wrong agent")
+            return cls("noise", noise=lam, inner=perturbed)
         raise ValueError(f"unknown predictor {text!r}; expected one of: {SPECS}")
 
     @property
     def offline(self) -> bool:
-        """Whether it reads the future of a trace (the oracle, or noise over it): one replay of it, in order."""
-        return self.kind == "oracle" or (self.inner is not None and self.inner.offline)
+        """Whether it reads the future of a trace (the oracle): one replay of it, in order."""
+        return self.kind == "oracle"
 
     def __str__(self) -> str:
         if self.kind == "markov-n":

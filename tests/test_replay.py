@@ -424,11 +424,41 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
         expected = [{agent: 1.0} for agent in following] + [{END: 1.0}] * (3 - len(following))
         assert oracle.predict(state.path) == expected
     assert oracle.predict([]) == oracle.inner.predict([]) and oracle.inner.predict([])[0], "learned online"
-    with pytest.raises(ValueError, match="comes from 'decomposer'"):
-        fresh = PredictorSpec.parse("oracle").build(trace=trace)
-        fresh.observe([], "verifier")
+    # Out of the trace's order: the replay stops, through pbkv's forecast guard too (no fallback forecasts).
+    out_of_order = PBKVPolicy(predictor=PredictorSpec.parse("oracle").build(trace=trace))
+    with pytest.raises(ValueError, match="request 0 of the trace .* comes from 'decomposer' of workflow"):
+        out_of_order.on_request(Tags(workflow="w", agent="verifier"), 0.0)
     with pytest.raises(ValueError, match="replay only"):
-        PredictorSpec.parse("noise:0.1:oracle").build()  # a server, or eval-predictor, has no future to read
+        PredictorSpec.parse("oracle").build()  # a server, or eval-predictor, has no future to read
+    with pytest.raises(ValueError, match="never name a wrong agent"):
+        PredictorSpec.parse("noise:0.1:oracle")
+
+
+def test_the_oracles_futures_stop_at_a_workflows_end_and_start_again_after_it():
+    """A workflow id used again after its end is a new workflow: the old one's future ends at its end."""
+    from agentcache.predictor import END, PredictorSpec
+
+    def request(ts, workflow, agent):
+        return Request(ts, workflow, agent, (Segment(f"{workflow}{agent}", 10),), 0, 1)
+
+    trace = Trace(
+        Meta(),
+        [
+            request(0, "w", "a"),
+            request(1, "v", "x"),
+            request(2, "w", "b"),
+            End(3, "w"),
+            request(4, "w", "c"),  # the id again, after its end
+            request(5, "v", "y"),
+            request(6, "w", "d"),
+        ],
+    )
+    oracle = PredictorSpec.parse("oracle").build(trace=trace)
+    futures = []
+    for r in trace.requests:
+        oracle.observe([], r.agent)
+        futures.append([next(iter(row)) for row in oracle.predict([r.agent])])
+    assert futures == [["b", END, END], ["y", END, END], [END] * 3, ["d", END, END], [END] * 3, [END] * 3]
 
 
 def test_a_server_refuses_the_oracle_forecaster_at_start_up(monkeypatch):

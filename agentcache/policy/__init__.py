@@ -48,7 +48,8 @@ def make_policy(
     if name == "cachescout":
         return CacheScoutPolicy(registry)
     if name == "pbkv-paper":
-        # The paper's score with an online Markov-1 forecaster (a stand-in for its GraphSAGE model).
+        # The paper's score with an online Markov-1 forecaster (a stand-in for its GraphSAGE model), forecasting
+        # afresh at every request as that model does: `--predictor markov` is the one re-rolled at serving pace.
         return PBKVPolicy(registry, predictor or MarkovPredictor(order=1, horizon=3), ingredients=PAPER)
     if name == "pbkv":
         return PBKVPolicy(registry, predictor, ingredients=spec.ingredients)
