@@ -5,7 +5,8 @@ asks for that workflow's forecast (``observe(path, agent)``, then ``predict(path
 forecaster counts those reports to know which request of the trace is being served, and answers with the
 agents that workflow really calls next (END once it has no more requests before its end), one per row, each
 with probability 1. What a new workflow will call (``predict([])``) is no workflow's future: that is
-answered by an online Markov forecaster, which learns from every report.
+answered by pbkv's own online forecaster (Markov over the last DEFAULT_ORDER agents), which learns from every
+report, so pbkv differs from its default in the forecasts of workflows under way alone.
 
 Offline only: a server has no future to read. The replay reports as a policy would; a report that does not
 match the trace's next request raises an error rather than forecast another workflow's future.

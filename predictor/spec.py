@@ -98,7 +98,12 @@ class PredictorSpec:
         A Markov forecaster re-rolls at the serving pace (SERVING_REFRESH_EVERY), so `markov-n:6` is exactly
         pbkv's own forecaster.
         """
-        from agentcache.predictor.markov import SERVING_REFRESH_EVERY, SERVING_REFRESH_SHARE, MarkovPredictor
+        from agentcache.predictor.markov import (
+            DEFAULT_ORDER,
+            SERVING_REFRESH_EVERY,
+            SERVING_REFRESH_SHARE,
+            MarkovPredictor,
+        )
         from agentcache.predictor.noise import NoisyPredictor
         from agentcache.predictor.static import StaticGraphPredictor
 
@@ -114,8 +119,9 @@ class PredictorSpec:
                 raise ValueError("the oracle forecaster reads each workflow's future from a trace: replay only")
             from agentcache.predictor.oracle import OraclePredictor
 
-            # What a new workflow calls first is no workflow's future: an online Markov forecaster answers that.
-            return OraclePredictor(trace, PredictorSpec("markov").build(horizon=horizon), horizon)
+            # What new workflows call is no workflow's future: pbkv's own online forecaster answers that.
+            arrivals = PredictorSpec("markov-n", order=DEFAULT_ORDER).build(horizon=horizon)
+            return OraclePredictor(trace, arrivals, horizon)
         if self.kind == "static":
             if not call_graph:
                 raise ValueError("the static predictor needs a call graph (a trace's meta call_graph, or --call-graph)")

@@ -411,7 +411,7 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
     """`--predictor oracle`: what perfect forecasts would give pbkv. Each request's forecast is its workflow's
     real next agents (END once it has no more), a new workflow's is learned online, and a report that is not
     the trace's next request fails loudly rather than forecast another workflow's future."""
-    from agentcache.policy.pbkv import PBKVPolicy
+    from agentcache.policy.pbkv import DEFAULT_ORDER, PBKVPolicy
     from agentcache.predictor import END, PredictorSpec
 
     trace = small_traces["fact-verify"]
@@ -424,6 +424,7 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
         expected = [{agent: 1.0} for agent in following] + [{END: 1.0}] * (3 - len(following))
         assert oracle.predict(state.path) == expected
     assert oracle.predict([]) == oracle.inner.predict([]) and oracle.inner.predict([])[0], "learned online"
+    assert oracle.inner.order == DEFAULT_ORDER, "new workflows forecast as by pbkv's own forecaster"
     # Out of the trace's order: the replay stops, through pbkv's forecast guard too (no fallback forecasts).
     out_of_order = PBKVPolicy(predictor=PredictorSpec.parse("oracle").build(trace=trace))
     with pytest.raises(ValueError, match="request 0 of the trace .* comes from 'decomposer' of workflow"):

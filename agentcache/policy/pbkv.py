@@ -90,6 +90,7 @@ from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor import END, Predictor, PredictorSpec
 from agentcache.predictor.base import AgentCoverage, PerForecast
 from agentcache.predictor.guard import GuardedPredictor
+from agentcache.predictor.markov import DEFAULT_ORDER
 from agentcache.tags import Tags, WorkflowKey
 
 
@@ -109,12 +110,6 @@ class Ingredients:
     reuse: bool = True
 
 
-# How many of a workflow's last agents the default forecaster conditions on. Loops that stop after a few rounds
-# and pipelines that call one agent at several stages are told apart only by more than the last three (the
-# back-off keeps shorter contexts wherever the longer ones have too little data). On development seeds, 6
-# raised pbkv's mean hit rate over 3 on every generated family but plain chat (unchanged), where 8 did not
-# (docs/forecaster-order.md).
-DEFAULT_ORDER = 6
 MAX_FORECAST_WORKFLOWS = 1024  # workflows whose forecasts are summed per refresh, most recent first
 # SGLang asks for the key of every evictable leaf at every eviction, so keys are kept on the nodes and
 # recomputed only when something they depend on changed: their node was used, a workflow they serve moved
