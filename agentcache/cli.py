@@ -231,7 +231,8 @@ def _run_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_json() for r in results]))
     else:
-        print_table(results, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests")
+        forecaster = "" if own else f", forecaster {spec}"  # a run with perfect forecasts must not pass for pbkv's own
+        print_table(results, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}")
     return 0
 
 

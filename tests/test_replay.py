@@ -480,6 +480,9 @@ def test_cli_replay_with_perfect_forecasts_and_where_it_cannot(tmp_path, capsys,
     assert main(["replay", str(path), "--capacity", "8000", "--policy", "pbkv", "--predictor", "oracle", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0.0 < row["hit_rate"] < 1.0
+    assert main(["replay", str(path), "--capacity", "8000", "--policy", "pbkv", "--predictor", "oracle"]) == 0
+    captured = capsys.readouterr()
+    assert "forecaster oracle" in captured.out + captured.err, "the table says whose forecasts these were"
     argv = ["replay", str(path), "--capacity", "8000", "--predictor", "oracle", "--instances", "2"]
     assert main(argv) == 2
     assert "not with --instances" in capsys.readouterr().err
