@@ -21,7 +21,7 @@ from rich.progress import Progress
 from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
 from agentcache.predictor import PredictorSpec
-from agentcache.replay.runner import PreparedTrace, replay_policy
+from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES
 
 SEEDS = (11, 22, 33)
@@ -40,8 +40,8 @@ def run(families: list[str]) -> list[dict]:
                     results, best = replay_point(prepared, capacity, POLICIES)
                     hit = {p: r.hit_rate for p, r in results.items()}
                     oracle = PredictorSpec.parse("oracle").build(trace=generated_trace.trace)
-                    perfect = replay_policy(prepared, "pbkv", capacity, predictor=oracle).hit_rate
-                    reach = hit["belady"] - hit["lru"]
+                    perfect = replay_policy(prepared, "pbkv", capacity, predictor=oracle)
+                    fill_gap_closed([results["lru"], results["belady"], perfect])
                     rows.append(
                         {
                             "family": family,
@@ -51,8 +51,8 @@ def run(families: list[str]) -> list[dict]:
                             "best_builtin": best,
                             "margin": hit["pbkv"] - hit[best],
                             "gap_closed": results["pbkv"].gap_closed,
-                            "perfect_forecasts": perfect,
-                            "perfect_forecasts_gap_closed": (perfect - hit["lru"]) / reach if reach > 1e-12 else None,
+                            "perfect_forecasts": perfect.hit_rate,
+                            "perfect_forecasts_gap_closed": perfect.gap_closed,
                         }
                     )
                     progress.advance(task)

@@ -157,8 +157,8 @@ PAPER = Ingredients(
 
 def default_forecaster(order: int = DEFAULT_ORDER) -> Predictor:
     """pbkv's own forecaster (of `order`): what it consults unless given another; the one `markov-n:<order>`
-    names (re-rolled at the serving pace)."""
-    return PredictorSpec("markov-n", order=order).build(horizon=3)
+    names (re-rolled at the serving pace, over the spec's horizon)."""
+    return PredictorSpec("markov-n", order=order).build()
 
 
 class PBKVPolicy(CachePolicy):
