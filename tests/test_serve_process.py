@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -21,16 +22,22 @@ pytestmark = pytest.mark.server
 STOP_WITHIN_S = 30  # SGLang drains in-flight requests on SIGTERM (a few seconds on CPU)
 
 
-def start_serve(*args: str, port: int) -> subprocess.Popen:
+def start_serve(*args: str, port: int, output: Path) -> subprocess.Popen:
+    """Start `agentcache serve` with its output (and its engines') in the file `output`.
+
+    Not a pipe: nobody reads a pipe while the server starts, and two workers print more than a pipe holds
+    (64 KiB) before they are ready, so they would block on a write and never become ready.
+    """
     cmd = [sys.executable, "-m", "agentcache.cli", "serve", "--model-size", "tiny", "--port", str(port)]
     cmd += ["--max-total-tokens", "4000", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with output.open("w") as sink:
+        return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True)
 
 
-def wait_ready(process: subprocess.Popen, url: str, timeout_s: float = 600) -> None:
+def wait_ready(process: subprocess.Popen, url: str, output: Path, timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert process.poll() is None, output.read_text()[-3000:]
         try:
             if httpx.get(url, timeout=5).status_code == 200:
                 return
@@ -53,14 +60,15 @@ def assert_all_gone(processes: list[psutil.Process], ports: list[int]) -> None:
     assert not taken, f"ports still taken: {taken}"
 
 
-def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server():
+def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
     from conftest import free_port
 
     port = free_port()
-    serve = start_serve("--lease", "2", port=port)
+    output = tmp_path / "serve.log"
+    serve = start_serve("--lease", "2", port=port, output=output)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_ready(serve, f"{url}/agentcache/v1/health")
+        wait_ready(serve, f"{url}/agentcache/v1/health", output)
         tags = {"v": 1, "workflow": "forgotten", "agent": "a:x"}
         body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 1, "custom_params": {"agentcache": tags}}}
         httpx.post(f"{url}/generate", json=body, timeout=60).raise_for_status()
@@ -71,7 +79,8 @@ def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server():
         children = descendants(serve)
         started = time.monotonic()
         serve.send_signal(signal.SIGTERM)
-        _, err = serve.communicate(timeout=STOP_WITHIN_S)
+        serve.wait(timeout=STOP_WITHIN_S)
+        err = output.read_text()
         assert serve.returncode == 128 + signal.SIGTERM and time.monotonic() - started < STOP_WITHIN_S
         assert "SIGTERM received, stopping the server" in err
         assert_all_gone(children, [port])
@@ -80,18 +89,20 @@ def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server():
             serve.kill()
 
 
-def test_serve_says_so_and_exits_nonzero_when_the_engine_dies():
+def test_serve_says_so_and_exits_nonzero_when_the_engine_dies(tmp_path):
     from conftest import free_port
 
     port = free_port()
-    serve = start_serve(port=port)
+    output = tmp_path / "serve.log"
+    serve = start_serve(port=port, output=output)
     try:
-        wait_ready(serve, f"http://127.0.0.1:{port}/agentcache/v1/health")
+        wait_ready(serve, f"http://127.0.0.1:{port}/agentcache/v1/health", output)
         time.sleep(3)  # serve itself polls for readiness too: let it see the server up
         children = descendants(serve)
         (scheduler,) = [p for p in children if "scheduler" in " ".join(p.cmdline())]
         scheduler.kill()  # SGLang's launcher notices a dead scheduler and takes the whole server down
-        _, err = serve.communicate(timeout=STOP_WITHIN_S)
+        serve.wait(timeout=STOP_WITHIN_S)
+        err = output.read_text()
         assert serve.returncode != 0
         assert "the server stopped on its own (killed by SIGKILL)" in err, err[-2000:]
         assert_all_gone(children, [port])
@@ -100,19 +111,21 @@ def test_serve_says_so_and_exits_nonzero_when_the_engine_dies():
             serve.kill()
 
 
-def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router():
+def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
     from agentcache.server_ext.cluster import free_port
 
     port = free_port()
-    serve = start_serve("--workers", "2", port=port)
+    output = tmp_path / "serve.log"
+    serve = start_serve("--workers", "2", port=port, output=output)
     try:
-        wait_ready(serve, f"http://127.0.0.1:{port}/workers")
+        wait_ready(serve, f"http://127.0.0.1:{port}/workers", output)
         while len(httpx.get(f"http://127.0.0.1:{port}/workers", timeout=5).json().get("workers", [])) < 2:
             time.sleep(1)
         children = descendants(serve)
         worker_ports = [port + 1, port + 2]
         serve.send_signal(signal.SIGINT)
-        _, err = serve.communicate(timeout=STOP_WITHIN_S)
+        serve.wait(timeout=STOP_WITHIN_S)
+        err = output.read_text()
         assert serve.returncode == 128 + signal.SIGINT, err[-2000:]
         assert "SIGINT received, stopping the cluster" in err
         assert_all_gone(children, [port, *worker_ports])
