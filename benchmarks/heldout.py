@@ -21,6 +21,7 @@ from rich.progress import Progress
 from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
 from agentcache.predictor import PredictorSpec
+from agentcache.predictor.base import DEFAULT_HORIZON
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES
 
@@ -69,11 +70,11 @@ def write_docs(rows: list[dict], command: str) -> None:
         "pbkv minus the best of SGLang's built-ins (lfu, slru, tlru, priority, fifo, mru, filo) at that point;",
         "`gap closed`: pbkv's share of the LRU-to-offline-reference gap (the reference is a heuristic over",
         "radix nodes, so an online policy can exceed it). `perfect forecasts`: pbkv told each workflow's real",
-        "next 3 agents, its forecast horizon (`--predictor oracle`, read from the trace), the rest unchanged:",
-        "what is left between that and the reference is not a matter of forecasting the next 3 agents.",
-        "Past the horizon a perfect forecast says nothing, where a smoothed online one keeps a little value",
-        "for every agent it has seen: where a workflow reads an agent's cache again more than 3 calls later",
-        "(pipeline stages), perfect 3-step forecasts lose to the online ones.",
+        f"next {DEFAULT_HORIZON} agents, its forecast horizon (`--predictor oracle`, read from the trace), the rest",
+        "unchanged: what is left between that and the reference is not a matter of forecasting the next",
+        f"{DEFAULT_HORIZON} agents. Past the horizon a perfect forecast says nothing, where a smoothed online one keeps",
+        "a little value for every agent it has seen, so where a workflow reads an agent's cache again more than",
+        f"{DEFAULT_HORIZON} calls later, perfect forecasts can lose to the online ones.",
         "",
         "| family | points | pbkv >= best built-in | worst margin (pts) | median margin (pts) "
         "| gap closed >= 80% (dynamic families) | lowest gap closed | with perfect forecasts: >= 80% (dynamic) "

@@ -24,6 +24,7 @@ from suite import DOCS, GENERATED, mean_prompt
 
 from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor import Predictor, PredictorSpec
+from agentcache.predictor.base import DEFAULT_HORIZON
 from agentcache.predictor.markov import SERVING_REFRESH_EVERY, SERVING_REFRESH_SHARE
 from agentcache.predictor.training import Evaluation, TrainConfig, evaluate, train_neural, warm_up
 from agentcache.trace import Trace
@@ -32,7 +33,6 @@ from agentcache.workloads import generate
 FAMILIES = ["code-retry", "fact-verify", "pipeline", "group-chat"]
 SPECS = ["markov", "markov-n:2", "markov-n:3", f"markov-n:{DEFAULT_ORDER}", "static", "neural"]
 TRAIN_SEEDS = (101, 102, 103)
-HORIZON = 3
 
 
 REPLAY_SPECS = [
@@ -51,11 +51,13 @@ def run(families: list[str], epochs: int) -> tuple[dict[str, list[Evaluation]], 
         train = [generate(family, replace(GENERATED, seed=seed)) for seed in TRAIN_SEEDS]
         test = generate(family, GENERATED)
         console.print(f"[bold]{family}[/bold]: training the neural predictor")
-        neural, _ = train_neural(train, HORIZON, TrainConfig(epochs=epochs))
+        neural, _ = train_neural(train, DEFAULT_HORIZON, TrainConfig(epochs=epochs))
         results[family] = []
         for spec in SPECS:
             predictor = (
-                neural if spec == "neural" else PredictorSpec.parse(spec).build(test.meta.call_graph, horizon=HORIZON)
+                neural
+                if spec == "neural"
+                else PredictorSpec.parse(spec).build(test.meta.call_graph, horizon=DEFAULT_HORIZON)
             )
             warm_up(predictor, train)
             results[family].append(evaluate(predictor, test, spec))
@@ -74,7 +76,9 @@ def replay_with(test: Trace, neural: Predictor) -> dict[str, float]:
     out = {"capacity": capacity, "lru": replay_policy(prepared, "lru", capacity).hit_rate}
     for spec in REPLAY_SPECS:
         predictor = (
-            neural if spec == "neural" else PredictorSpec.parse(spec).build(test.meta.call_graph, horizon=HORIZON)
+            neural
+            if spec == "neural"
+            else PredictorSpec.parse(spec).build(test.meta.call_graph, horizon=DEFAULT_HORIZON)
         )
         out[f"pbkv+{spec}"] = replay_policy(prepared, "pbkv", capacity, predictor=predictor).hit_rate
     out["belady"] = replay_policy(prepared, "belady", capacity).hit_rate
@@ -84,9 +88,9 @@ def replay_with(test: Trace, neural: Predictor) -> dict[str, float]:
 def table(family: str, evaluations: list[Evaluation]) -> Table:
     t = Table(title=family)
     t.add_column("predictor")
-    for k in range(1, HORIZON + 1):
+    for k in range(1, DEFAULT_HORIZON + 1):
         t.add_column(f"top-1 k={k}", justify="right")
-    for k in range(1, HORIZON + 1):
+    for k in range(1, DEFAULT_HORIZON + 1):
         t.add_column(f"log-loss k={k}", justify="right")
     t.add_column("ms", justify="right")
     for e in evaluations:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agentcache.predictor.base import DEFAULT_HORIZON
 from agentcache.trace import Trace, read_trace
 
 USAGE_ERROR = 2
@@ -44,7 +45,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="training traces (trace format v1)")
     p.add_argument("-o", "--output", required=True, help="model file to write (.pt)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the examples (default %(default)s)")
-    p.add_argument("--horizon", type=int, default=3, help="K, the steps forecast at once (default %(default)s)")
+    p.add_argument(
+        "--horizon", type=int, default=DEFAULT_HORIZON, help="K, the steps forecast at once (default %(default)s)"
+    )
     p.add_argument(
         "--seed", type=int, default=d.seed, help="seed of initialisation and shuffling (default %(default)s)"
     )
@@ -66,7 +69,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         "--predictor", required=True, help="markov | markov-n:N | static | neural:MODEL.pt | noise:LAMBDA:<spec>"
     )
     p.add_argument("--train", nargs="+", default=[], metavar="TRACE", help="traces an online predictor observes first")
-    p.add_argument("--horizon", type=int, default=3, help="K for markov and static (default %(default)s)")
+    p.add_argument("--horizon", type=int, default=DEFAULT_HORIZON, help="K for markov and static (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=lambda args: _guarded("eval-predictor", _run_eval, args))
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 
-from agentcache.predictor.base import END, START, Forecast, Predictor
+from agentcache.predictor.base import DEFAULT_HORIZON, END, START, Forecast, Predictor
 
 # How many of a workflow's last agents pbkv's default forecaster conditions on. Loops that stop after a few rounds
 # and pipelines that call one agent at several stages are told apart only by more than the last three (the
@@ -54,7 +54,7 @@ class MarkovPredictor(Predictor):
     def __init__(
         self,
         order: int = 1,
-        horizon: int = 3,
+        horizon: int = DEFAULT_HORIZON,
         smoothing: float = 0.5,
         max_agents: int = 64,
         max_contexts: int = 4096,

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from agentcache.predictor.base import END, START, Forecast, Predictor
+from agentcache.predictor.base import DEFAULT_HORIZON, END, START, Forecast, Predictor
 
 PAD, UNK = "<PAD>", "<UNK>"
 PAD_ID, UNK_ID, START_ID = 0, 1, 2  # input token ids; agents follow
@@ -181,7 +181,7 @@ class NeuralPredictor(Predictor):
         self,
         agents: Sequence[str],
         transitions: torch.Tensor,
-        horizon: int = 3,
+        horizon: int = DEFAULT_HORIZON,
         hidden_dim: int = 0,
         max_length: int = 64,
         config: NeuralConfig = NeuralConfig(),
@@ -208,7 +208,7 @@ class NeuralPredictor(Predictor):
     def from_paths(
         cls,
         paths: Sequence[Sequence[str]],
-        horizon: int = 3,
+        horizon: int = DEFAULT_HORIZON,
         hidden_dim: int = 0,
         config: NeuralConfig = NeuralConfig(),
     ) -> NeuralPredictor:

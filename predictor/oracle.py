@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentcache.predictor.base import END, Forecast, Predictor
+from agentcache.predictor.base import DEFAULT_HORIZON, END, Forecast, Predictor
 from agentcache.trace import End, Trace
 
 
@@ -24,7 +24,7 @@ class OraclePredictor(Predictor):
     name = "oracle"
     offline = True  # GuardedPredictor lets its errors through: a replay must not go on with wrong forecasts
 
-    def __init__(self, trace: Trace, inner: Predictor, horizon: int = 3):
+    def __init__(self, trace: Trace, inner: Predictor, horizon: int = DEFAULT_HORIZON):
         super().__init__(horizon)
         self.inner = inner  # forecasts what new workflows call, and learns as the policy reports
         self.source = f"the future of trace {trace.meta.name or '(unnamed)'}"

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentcache.predictor.base import Predictor
+from agentcache.predictor.base import DEFAULT_HORIZON, Predictor
 
 if TYPE_CHECKING:
     from agentcache.trace import Trace
@@ -86,7 +86,7 @@ class PredictorSpec:
         self,
         call_graph: Mapping[str, Sequence[str]] | None = None,
         *,
-        horizon: int = 3,
+        horizon: int = DEFAULT_HORIZON,
         call_graph_source: str = "the call graph",
         trace: Trace | None = None,
     ) -> Predictor:

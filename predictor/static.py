@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from agentcache.predictor.base import END, Forecast, Predictor
+from agentcache.predictor.base import DEFAULT_HORIZON, END, Forecast, Predictor
 
 
 class StaticGraphPredictor(Predictor):
@@ -28,7 +28,7 @@ class StaticGraphPredictor(Predictor):
     def __init__(
         self,
         call_graph: Mapping[str, Sequence[str]],
-        horizon: int = 3,
+        horizon: int = DEFAULT_HORIZON,
         learn_end: bool = True,
         source: str = "the call graph",
     ):

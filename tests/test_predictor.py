@@ -1,6 +1,7 @@
 import pytest
 
 from agentcache.predictor import END, MarkovPredictor
+from agentcache.predictor.base import DEFAULT_HORIZON
 
 
 def assert_valid(rows, horizon):
@@ -35,9 +36,9 @@ def test_markov1_learns_transitions_and_rows_are_valid():
 
 def test_unseen_agent_gets_a_valid_uninformed_forecast():
     m = MarkovPredictor()
-    assert_valid(m.predict(["never-seen"]), 3)
+    assert_valid(m.predict(["never-seen"]), DEFAULT_HORIZON)
     train(m, [["a", "b"]])
-    assert_valid(m.predict(["never-seen"]), 3)
+    assert_valid(m.predict(["never-seen"]), DEFAULT_HORIZON)
 
 
 def test_markov_n_sees_history_markov1_cannot():
@@ -49,7 +50,7 @@ def test_markov_n_sees_history_markov1_cannot():
     row1, row2 = m1.predict(["a", "c"])[0], m2.predict(["a", "c"])[0]
     assert row1["x"] == pytest.approx(row1["y"], abs=0.05)
     assert row2["x"] > 0.8
-    assert_valid(m2.predict(["a", "c"]), 3)
+    assert_valid(m2.predict(["a", "c"]), DEFAULT_HORIZON)
 
 
 def test_bad_arguments():
@@ -70,7 +71,7 @@ def test_agent_ids_that_never_repeat_keep_the_state_and_the_forecast_bounded():
     assert "agent-499" in m.outcomes and "agent-491" not in m.outcomes and "planner" not in m.outcomes
     assert len(m.counts) <= 32 and () in m.counts, "the global prior is never forgotten"
     rows = m.predict(["agent-497", "agent-498"])
-    assert_valid(rows, 3)
+    assert_valid(rows, DEFAULT_HORIZON)
     assert max(rows[0], key=rows[0].get) == "agent-499"
     assert set(rows[2]) <= set(m.outcomes)
 
@@ -85,7 +86,7 @@ def test_a_rollout_follows_at_most_max_states_contexts_and_stays_a_forecast():
     followed = []
     next_distribution = m.next_distribution
     m.next_distribution = lambda context: followed.append(context) or next_distribution(context)
-    assert_valid(m.predict([agents[0]]), 3)
+    assert_valid(m.predict([agents[0]]), DEFAULT_HORIZON)
     assert len(followed) <= 1 + 2 * (4 + 1), "without the cap, step 3 follows ~900 contexts"
 
 

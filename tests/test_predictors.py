@@ -22,6 +22,7 @@ from agentcache.predictor import (  # noqa: E402
     PredictorSpec,
     StaticGraphPredictor,
 )
+from agentcache.predictor.base import DEFAULT_HORIZON  # noqa: E402
 from agentcache.predictor.cli import register  # noqa: E402
 from agentcache.predictor.neural import compose_hazards  # noqa: E402
 from agentcache.predictor.training import (  # noqa: E402
@@ -75,8 +76,8 @@ def test_online_predictors_give_valid_rows_on_every_family(small_traces, spec):
         predictor = PredictorSpec.parse(spec).build(trace.meta.call_graph)
         warm_up(predictor, [trace])
         for path in every_state(trace):
-            assert_valid(predictor.predict(path), 3)
-        assert_valid(predictor.predict(["never-seen"]), 3)
+            assert_valid(predictor.predict(path), DEFAULT_HORIZON)
+        assert_valid(predictor.predict(["never-seen"]), DEFAULT_HORIZON)
 
 
 def test_neural_rows_are_valid_for_any_path(code_retry_model):
@@ -123,7 +124,7 @@ def test_static_learns_end_online_only_when_asked():
             predictor.observe(["planner", "coder", "tester"], END)
     assert learner.predict(["tester"])[0][END] == pytest.approx(0.9)  # 9 / (9 + 1)
     assert frozen.predict(["tester"])[0][END] == 0.0
-    assert_valid(learner.predict(["coder"]), 3)
+    assert_valid(learner.predict(["coder"]), DEFAULT_HORIZON)
 
 
 def test_the_static_predictor_needs_a_call_graph():
@@ -337,7 +338,7 @@ def test_cli_trains_and_evaluates(tmp_path, capsys):
     for spec in (f"neural:{model}", "markov", "static"):
         assert _cli(["eval-predictor", str(test), "--predictor", spec, "--train", str(train), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
-        assert report["predictor"] == spec and len(report["top1"]) == len(report["log_loss"]) == 3
+        assert report["predictor"] == spec and len(report["top1"]) == len(report["log_loss"]) == DEFAULT_HORIZON
         assert report["infer_ms"] > 0
     assert _cli(["eval-predictor", str(test), "--predictor", "markov-n:2"]) == 0
     assert "top-1" in capsys.readouterr().out
