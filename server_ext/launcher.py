@@ -165,9 +165,10 @@ class Server:
     def freeze_gc(self) -> None:
         """Move everything allocated so far out of the garbage collector's reach, as SGLang does after its warm-up.
 
-        CPU dev mode skips that warm-up (--skip-server-warmup), and with it SGLang's freeze, so every full
-        collection would scan the model and the tokenizer again: pauses of tens of milliseconds in the
-        scheduler, at moments that differ from run to run.
+        CPU dev mode skips that warm-up (--skip-server-warmup), and SGLang's own freeze then asks before its
+        HTTP server listens and fails (the plugin makes it wait; a plain SGLang baseline has no plugin), so
+        every full collection would scan the model and the tokenizer again: pauses of tens of milliseconds in
+        the scheduler, at moments that differ from run to run.
         """
         try:
             httpx.post(f"{self.base_url}/freeze_gc", headers=self.auth_headers(), timeout=60).raise_for_status()

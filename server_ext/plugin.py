@@ -12,10 +12,13 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import socket
+import time
 
 logger = logging.getLogger("agentcache")
 
 BACKEND = "agentcache"
+FREEZE_WAIT_S = 60.0  # how long SGLang's own post-warm-up GC freeze waits for its HTTP server to listen
 
 
 def register() -> None:
@@ -90,6 +93,20 @@ def _before_http_server(*args, **kwargs):  # noqa: ANN001 - BEFORE hook on http_
     add_routes(http_server.app)
 
 
+def _freeze_gc_once_listening(original, server_args, *args, **kwargs):  # noqa: ANN001 - AROUND hook on
+    # http_server._freeze_gc_after_server_warmup. With --skip-server-warmup (CPU dev mode) SGLang posts its own
+    # /freeze_gc before uvicorn listens: the freeze never happens and a refused connection is logged with a
+    # 70-line traceback at every start. Wait (bounded) until the port accepts connections, then let it run.
+    deadline = time.monotonic() + FREEZE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((server_args.host, server_args.port), timeout=1.0):
+                break
+        except OSError:
+            time.sleep(0.1)
+    return original(server_args, *args, **kwargs)
+
+
 def _register_launcher() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -99,6 +116,9 @@ def _register_launcher() -> None:
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", _capture_cli_args, HookType.BEFORE)
     HookRegistry.register(
         "sglang.srt.entrypoints.http_server._setup_and_run_http_server", _before_http_server, HookType.BEFORE
+    )
+    HookRegistry.register(
+        "sglang.srt.entrypoints.http_server._freeze_gc_after_server_warmup", _freeze_gc_once_listening, HookType.AROUND
     )
     HookRegistry.register(
         "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",

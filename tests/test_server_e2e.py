@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -82,6 +84,18 @@ def test_health_and_stats_answer(server):
     s = stats(server)
     for key in ("active_workflows", "retired_workflows", "evicted_tokens", "held_tokens", "hit_tokens", "invalid_tags"):
         assert key in s
+
+
+def test_sglangs_own_gc_freeze_runs_once_the_server_listens(server):
+    """CPU dev mode skips SGLang's warm-up, whose freeze then asked before the port was open: a traceback at every
+    start and no freeze. SGLang logs "fired up" once its freeze call returned."""
+    log = Path(server.opts.log_path)
+    deadline = time.monotonic() + 60
+    while "The server is fired up and ready to roll!" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    start_up, fired_up, _ = log.read_text().partition("The server is fired up and ready to roll!")
+    assert fired_up, "SGLang's warm-up thread never finished"
+    assert "post-warmup freeze_gc failed" not in start_up and "Traceback" not in start_up
 
 
 def test_chat_tags_reach_the_nodes_and_the_fixed_prompt_is_its_own_node(server):
