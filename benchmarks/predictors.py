@@ -128,12 +128,14 @@ def markdown(results: dict[str, list[Evaluation]], epochs: int, seconds: float) 
         f"time includes waiting for a core: load average {load} when this was written).",
         "",
     ]
+    steps = [f"k={k}" for k in range(1, DEFAULT_HORIZON + 1)]
+    per_step = " | ".join(steps[1:])
     for family, evaluations in results.items():
         lines += [
             f"## {family}",
             "",
-            "| predictor | top-1 k=1 | k=2 | k=3 | log-loss k=1 | k=2 | k=3 | ms | cpu ms |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| predictor | top-1 {steps[0]} | {per_step} | log-loss {steps[0]} | {per_step} | ms | cpu ms |",
+            "|---|" + "---:|" * (2 * DEFAULT_HORIZON + 2),
         ]
         for e in evaluations:
             lines.append(f"| {e.predictor} | " + " | ".join(_cells(e)) + f" | {e.infer_cpu_ms:.3f} |")
@@ -141,8 +143,8 @@ def markdown(results: dict[str, list[Evaluation]], epochs: int, seconds: float) 
     lines += [
         "## Neural minus Markov-1, top-1",
         "",
-        "| family | k=1 | k=2 | k=3 |",
-        "|---|---:|---:|---:|",
+        "| family | " + " | ".join(steps) + " |",
+        "|---|" + "---:|" * DEFAULT_HORIZON,
     ]
     for family, evaluations in results.items():
         by_name = {e.predictor: e for e in evaluations}
