@@ -49,7 +49,8 @@ def make_policy(
         return CacheScoutPolicy(registry)
     if name == "pbkv-paper":
         # The paper's score with an online Markov-1 forecaster (a stand-in for its GraphSAGE model), forecasting
-        # afresh at every request as that model does: `--predictor markov` is the one re-rolled at serving pace.
+        # afresh at every request as that model does, over the paper's K = 3 (pbkv's is DEFAULT_HORIZON): `--predictor
+        # markov` is the one re-rolled at serving pace.
         return PBKVPolicy(registry, predictor or MarkovPredictor(order=1, horizon=3), ingredients=PAPER)
     if name == "pbkv":
         return PBKVPolicy(registry, predictor, ingredients=spec.ingredients)
