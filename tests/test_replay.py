@@ -413,6 +413,7 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
     the trace's next request fails loudly rather than forecast another workflow's future."""
     from agentcache.policy.pbkv import DEFAULT_ORDER, PBKVPolicy
     from agentcache.predictor import END, PredictorSpec
+    from agentcache.predictor.base import DEFAULT_HORIZON
 
     trace = small_traces["fact-verify"]
     oracle = PredictorSpec.parse("oracle").build(trace=trace)
@@ -420,8 +421,8 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
     requests = trace.requests
     for i, request in enumerate(requests):
         state = policy.on_request(Tags(workflow=request.workflow, agent=request.agent), request.ts)
-        following = [r.agent for r in requests[i + 1 :] if r.workflow == request.workflow][:3]
-        expected = [{agent: 1.0} for agent in following] + [{END: 1.0}] * (3 - len(following))
+        following = [r.agent for r in requests[i + 1 :] if r.workflow == request.workflow][:DEFAULT_HORIZON]
+        expected = [{agent: 1.0} for agent in following] + [{END: 1.0}] * (DEFAULT_HORIZON - len(following))
         assert oracle.predict(state.path) == expected
     assert oracle.predict([]) == oracle.inner.predict([]) and oracle.inner.predict([])[0], "learned online"
     assert oracle.inner.order == DEFAULT_ORDER, "new workflows forecast as by pbkv's own forecaster"
@@ -454,7 +455,7 @@ def test_the_oracles_futures_stop_at_a_workflows_end_and_start_again_after_it():
             request(6, "w", "d"),
         ],
     )
-    oracle = PredictorSpec.parse("oracle").build(trace=trace)
+    oracle = PredictorSpec.parse("oracle").build(trace=trace, horizon=3)
     futures = []
     for r in trace.requests:
         oracle.observe([], r.agent)
