@@ -193,16 +193,17 @@ def _run_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"kvflow needs a static call graph, and {args.trace} has none (its meta call_graph)")
         console.print(f"[dim]kvflow skipped: {args.trace} has no call graph (kvflow needs one)[/dim]")
         policies = [p for p in policies if p.name != "kvflow"]
+    # Without --predictor (and noise) each policy keeps its own forecaster (pbkv-paper: Markov-1).
+    own = args.predictor is None and args.noise == 0
     predictor_text = args.predictor or DEFAULT_PREDICTOR
     try:
         spec = PredictorSpec.parse(f"noise:{args.noise}:{predictor_text}" if args.noise > 0 else predictor_text)
-        spec.build(trace.meta.call_graph, trace=trace)  # fail now, clearly, not in the middle of a replay
+        if not own:  # fail now, clearly, not in the middle of a replay
+            spec.build(trace.meta.call_graph, trace=trace)
     except (ValueError, OSError) as exc:
         raise UsageError(f"--predictor: {exc}") from None
     if args.instances > 1 and spec.offline:
         raise UsageError("--predictor oracle follows one cache's requests in trace order: not with --instances")
-    # Without --predictor (and noise) each policy keeps its own forecaster (pbkv-paper: Markov-1).
-    own = args.predictor is None and args.noise == 0
 
     def predictor_factory():  # noqa: ANN202
         return None if own else spec.build(trace.meta.call_graph, trace=trace)

@@ -271,12 +271,14 @@ class PBKVPolicy(CachePolicy):
         prompt_tokens: int | None = None,
     ) -> None:
         workflow, agent = tags.key, tags.identity
-        if self.ingredients.retired_evidence or self.ingredients.retired_ages:
-            self._count_retired_reads(path, workflow, matched_tokens)
-        if matched_tokens is not None:
-            previous = self.latest.get(workflow, NO_LATEST).get(agent)
+        ingredients = self.ingredients
+        previous = self.latest.get(workflow, NO_LATEST).get(agent) if matched_tokens is not None else None
+        if ingredients.retired_evidence or ingredients.retired_ages or previous is not None:
+            read = _read_from_cache(path, matched_tokens)
+            if ingredients.retired_evidence or ingredients.retired_ages:
+                self._count_retired_reads(read, workflow)
             if previous is not None:
-                self.reuse.observe(agent, previous, path, matched_tokens)
+                self.reuse.observe(agent, previous, read)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
         self.on_admit(tags)  # served, in case its admission went unreported
         # The pair's current path moved: the nodes of its old one lose the pair's value.
@@ -670,16 +672,12 @@ class PBKVPolicy(CachePolicy):
                 if not t.evicted:
                     forget_key(t)
 
-    def _count_retired_reads(self, path: Sequence[Any], workflow: WorkflowKey, matched_tokens: int | None) -> None:
+    def _count_retired_reads(self, read: Sequence[Any], workflow: WorkflowKey) -> None:
         """Count the retired nodes a request read from cache, at its first tagging (once its prompt is in the
         tree, where the server tags it before it finishes, or when it finishes): they are on its path, within
-        what it matched, and untouched by it yet. The next tagging finds them its own, so not retired."""
-        depth = 0
-        for node in path:
+        what it matched (`read`), and untouched by it yet. The next tagging finds them its own, so not retired."""
+        for node in read:
             t = getattr(node, TAGS_ATTR, None)
-            depth = t.depth if t is not None else depth + node_tokens(node)  # a tagged node keeps its depth
-            if matched_tokens is not None and depth > matched_tokens:
-                break
             # A node the (active) workflow touched already is its own, not retired: the finish after a
             # checkpoint skips the whole path at one lookup per node.
             if t is not None and workflow not in t.workflows and not t.fixed_agents and self.is_retired(t):
@@ -713,20 +711,13 @@ class ReuseEvidence:
         self._observations = self._frozen_observations = 0
         self._shares: dict[tuple[str, int], float] = {}  # share() as of the last freeze, as it was asked
 
-    def observe(self, agent: str, previous: Latest, path: Sequence[Any], matched_tokens: int) -> None:
-        """The agent's new request matched `matched_tokens` of `path`: how far along the previous request's
-        path did that go? Where the previous path was evicted first, nothing is learned (it might have been
-        read)."""
+    def observe(self, agent: str, previous: Latest, read: Sequence[Any]) -> None:
+        """The agent's new request read the nodes `read` from cache (its path, root's child first, within its
+        match): how far along the previous request's path did that go? Where the previous path was evicted
+        first, nothing is learned (it might have been read)."""
         if previous.matched is None or previous.prompt is None:
             return
-        held = set()
-        depth = 0
-        for node in path:
-            t = getattr(node, TAGS_ATTR, None)
-            depth = t.depth if t is not None else depth + node_tokens(node)  # a tagged node keeps its depth
-            if depth > matched_tokens:
-                break
-            held.add(id(node))
+        held = {id(node) for node in read}
         # The deepest node the two paths share within the match: walk up the previous path to it.
         node, below = previous.end, None
         while node is not None and id(node) not in held:
@@ -946,6 +937,20 @@ def _agent_counts(counts: OrderedDict[str, Any], agent: str, new: Callable[[], A
     else:
         counts.move_to_end(agent)
     return entry
+
+
+def _read_from_cache(path: Sequence[Any], matched_tokens: int | None) -> Sequence[Any]:
+    """The nodes of a request's `path` within the `matched_tokens` it found cached; all of them while it runs
+    (None: its match is not final yet)."""
+    if matched_tokens is None:
+        return path
+    depth = 0
+    for i, node in enumerate(path):
+        t = getattr(node, TAGS_ATTR, None)
+        depth = t.depth if t is not None else depth + node_tokens(node)  # a tagged node keeps its depth
+        if depth > matched_tokens:
+            return path[:i]
+    return path
 
 
 def _latest_agents(t: NodeTags) -> Iterable[str]:
