@@ -24,6 +24,8 @@ import pstats
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,20 @@ POLICIES = ("lru", "lfu", "pbkv")
 ALONE = "lfu alone"  # SGLang's lfu with no agentcache, on SGLang's default tree core: what a user runs
 PROJECT = str(Path(agentcache.__file__).resolve().parent.parent)  # agentcache's code, and this benchmark's
 MEAN_WORKFLOW_S = 25.0  # a code-retry workflow's mean duration at the default knobs: rate = in flight / duration
+
+
+@contextmanager
+def frozen_garbage_collector() -> Iterator[None]:
+    """What a replay runs in: the garbage before it collected (it pays for its own, not the one before it),
+    and what exists then frozen, as SGLang 0.5.23's scheduler freezes its objects once the server warmed up
+    (`/freeze_gc`, posted after warm-up): a full collection during the replay scans the objects made while
+    serving, not the trace this benchmark holds."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def workload(in_flight: int, seed: int = 1) -> Trace:
@@ -148,7 +164,8 @@ def breakdown(in_flight: int, capacity: int) -> dict[str, tuple[float, float]]:
     for label, (owner, name) in points.items():
         setattr(owner, name, timed(label, originals[label]))
     try:
-        result = replay_policy(prepared, "pbkv", capacity)
+        with frozen_garbage_collector():
+            result = replay_policy(prepared, "pbkv", capacity)
     finally:
         for label, (owner, name) in points.items():
             if label in inherited:
@@ -206,12 +223,12 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                 modelled_ms: dict[str, float] = {}
                 for _ in range(repeat):
                     for policy in order:
-                        gc.collect()  # each replay pays for its own garbage, not for the one before it
-                        if policy == ALONE:
-                            result = replay_sglang_alone(prepared, "lfu", capacity)
-                            alone_label = result.policy
-                        else:
-                            result = replay_policy(prepared, policy, capacity)
+                        with frozen_garbage_collector():
+                            if policy == ALONE:
+                                result = replay_sglang_alone(prepared, "lfu", capacity)
+                                alone_label = result.policy
+                            else:
+                                result = replay_policy(prepared, policy, capacity)
                         ms[policy].append(result.replay_wall_s / result.requests * 1e3)
                         hit[policy] = result.hit_rate
                         modelled_ms[policy] = result.modelled_latency_s / result.requests * 1e3
@@ -283,7 +300,9 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay divided by its requests, which is all the",
         "cache work of a request (prefix match, insert, eviction rounds, the policy's bookkeeping); the",
         f"median of {repeat} runs per policy, the policies in rotating order, each after a full garbage collection",
-        "(a replay pays for the garbage it makes, not for the one before it), min-max in brackets. The ratios",
+        "(a replay pays for the garbage it makes, not for the one before it) with what exists then frozen, as",
+        "SGLang's scheduler freezes its objects after warm-up (`/freeze_gc`): a full collection during the replay",
+        "scans what serving made, not the trace the benchmark holds. Min-max in brackets. The ratios",
         "are paired: each repetition's pbkv over the same repetition's baseline, then their median and",
         "min-max (the machine's speed drifts by tens of percent over minutes; a pair run back to back shares it).",
         "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
