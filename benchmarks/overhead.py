@@ -438,7 +438,9 @@ def main() -> None:
         table.add_column("entry point")
         table.add_column("ms/request", justify="right")
         table.add_column("Python calls/request", justify="right")
-        for label, (ms, calls) in breakdown(*args.breakdown).items():
+        with Console(stderr=True).status("two pbkv replays: one timed, one counting calls"):
+            spent = breakdown(*args.breakdown)
+        for label, (ms, calls) in spent.items():
             table.add_row(label, f"{ms:.3f}", f"{calls:,.1f}")
         Console().print(table)
         return
