@@ -422,6 +422,11 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-path", help="model to serve (default: a small random-weight model made locally)")
     p.add_argument("--log-dir", help="write each server's log here (default: a new temporary folder)")
     p.add_argument(
+        "--record",
+        metavar="TRACE.jsonl",
+        help="record the workflows' LLM traffic (the first run with agentcache) as a trace for agentcache replay",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="end with one JSON line: {policy: {hit_rate, mean_latency_s, p90_latency_s, requests}}, medians",
@@ -434,16 +439,19 @@ def _run_demo(args: argparse.Namespace) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from agentcache.bench import BenchError
+    from agentcache.bench import BenchError, runs_on_plain_sglang
     from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
     from agentcache.policy import PolicyConfigError, parse_policies
 
     try:
-        policies = tuple(spec.text for spec in parse_policies(args.policies))
+        specs = parse_policies(args.policies)
     except PolicyConfigError as exc:
         raise UsageError(f"--policies: {exc}") from None
+    policies = tuple(spec.text for spec in specs)
     if args.workflows < 1 or args.concurrency < 1 or args.repeat < 1:
         raise UsageError("--workflows, --concurrency and --repeat must be >= 1")
+    if args.record and all(runs_on_plain_sglang(spec) for spec in specs):
+        raise UsageError(f"--record: {args.policies} runs on plain SGLang only, whose requests are not tagged")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-demo-")
     console.print(f"[dim]server logs: {log_dir}[/dim]")
     opts = DemoOptions(
@@ -456,6 +464,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         port=args.port,
         model_path=args.model_path,
         log_dir=log_dir,
+        record=args.record,
     )
     columns = (
         SpinnerColumn(),

@@ -164,6 +164,7 @@ class DemoOptions:
     model_path: str | None = None
     model_size: str = "small"
     log_dir: str | None = None
+    record: str | None = None  # a trace file: the first run with agentcache records its traffic there
 
 
 END_EVENTS_TIMEOUT_S = 30.0
@@ -180,17 +181,20 @@ def run_demo(
     from agentcache.server_ext.launcher import ensure_model
 
     model = ensure_model(opts.model_path, opts.model_size)
+    unrecorded = [opts.record] if opts.record else []  # every run serves the same workflows: record one
 
     def run_apps(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
         tagged = not runs_on_plain_sglang(spec)  # plain SGLang serves the apps as they are, without agentcache
         ac.configure(base_url=base_url)
         client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0)
         apps = DemoApps(client, model="default", on_answer=answered)
-        started = time.monotonic()
-        asyncio.run(run_workflows(apps, opts.workflows, opts.concurrency, opts.seed, tagged=tagged))
-        makespan = time.monotonic() - started
-        if tagged and not ac.flush(END_EVENTS_TIMEOUT_S):  # every end event reaches the server before it stops
-            raise BenchError(f"end events still unsent after {END_EVENTS_TIMEOUT_S:.0f} s")
+        recording = ac.record(unrecorded.pop(), name="demo") if tagged and unrecorded else contextlib.nullcontext()
+        with recording:
+            started = time.monotonic()
+            asyncio.run(run_workflows(apps, opts.workflows, opts.concurrency, opts.seed, tagged=tagged))
+            makespan = time.monotonic() - started
+            if tagged and not ac.flush(END_EVENTS_TIMEOUT_S):  # every end event reaches the server before it stops
+                raise BenchError(f"end events still unsent after {END_EVENTS_TIMEOUT_S:.0f} s")
         return apps.records, makespan
 
     bench = BenchOptions(

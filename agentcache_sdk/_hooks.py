@@ -193,16 +193,13 @@ def _observe(
     tags: Tags | None,
     ticket: Ticket | None,
     response: httpx.Response,
-    payload: bytes,
+    data: Any,
 ) -> None:
     """Count the server's usage figures, hand tagged exchanges to the observers (the recorder), and the
-    answer to the routing that placed the request."""
-    data = None
-    if body is not None and not body.get("stream") and response.status_code == 200:
-        try:
-            data = json.loads(payload)
-        except ValueError:
-            data = None
+    answer to the routing that placed the request. `data`: the answer as JSON (a streamed one as
+    `StreamedAnswer` put it together)."""
+    if response.status_code != 200:
+        data = None
     if not isinstance(data, dict):
         if ticket is not None:
             ticket.done()
@@ -247,46 +244,120 @@ def _count_usage(data: dict[str, Any]) -> tuple[int | None, int | None, int | No
 
 
 def usage() -> dict[str, int]:
-    """Requests, prompt tokens and cached prompt tokens of the (non-streamed) responses from the server so far."""
+    """Requests, prompt tokens and cached prompt tokens of the answers from the server so far (a streamed answer's
+    tokens where the server sent its usage: OpenAI routes with `stream_options={"include_usage": True}`)."""
     with _usage_lock:
         return dict(usage_totals)
 
 
-class _TeeStream(httpx.SyncByteStream):
-    """A response body read lazily by the client (the openai SDK reads its JSON that way): observed once read
-    (or closed). `keep=False` (a streamed answer) keeps none of it: `done` then gets no bytes."""
+def _json(payload: bytes) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
 
-    def __init__(self, inner: Any, done: Any, keep: bool = True):
-        self._inner, self._done, self._buffer, self._keep = inner, done, bytearray(), keep
+
+class JSONAnswer:
+    """A whole answer's bytes, as they pass, then its JSON."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += chunk
+
+    def answer(self) -> Any:
+        return _json(bytes(self._buffer))
+
+
+class StreamedAnswer:
+    """A streamed answer read from its server-sent events as they pass, keeping only what a whole answer
+    would say: the reply's text, and the usage figures the server sends (OpenAI routes: the last event, with
+    `stream_options.include_usage`; /generate: every event's meta_info). `answer()` is then the JSON a
+    non-streamed answer would hold, or None where no event could be read."""
+
+    def __init__(self) -> None:
+        self._partial = b""  # a line not yet complete: events may be split anywhere between chunks
+        self._text: list[str] = []
+        self._usage: dict[str, Any] | None = None
+        self._generated: dict[str, Any] | None = None  # /generate: its latest event (the text so far)
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            self._read(line.strip())
+
+    def _read(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        event = _json(line[5:].strip())  # "[DONE]" is no JSON: skipped
+        if not isinstance(event, dict):
+            return
+        if isinstance(event.get("meta_info"), dict):
+            self._generated = event
+            return
+        if isinstance(event.get("usage"), dict):
+            self._usage = event["usage"]
+        choices = event.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            delta = choices[0].get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                self._text.append(delta["content"])
+
+    def answer(self) -> dict[str, Any] | None:
+        self.feed(b"\n")  # an event the server did not end with a newline
+        if self._generated is not None:
+            return self._generated
+        if not self._text and self._usage is None:
+            return None
+        data: dict[str, Any] = {"choices": [{"message": {"role": "assistant", "content": "".join(self._text)}}]}
+        if self._usage is not None:
+            data["usage"] = self._usage
+        return data
+
+
+class _TeeStream(httpx.SyncByteStream):
+    """A response body read lazily by the client (the openai SDK reads its JSON that way, and every streamed
+    answer): fed to `reader` as it passes, and observed once read (or closed)."""
+
+    def __init__(self, inner: Any, reader: JSONAnswer | StreamedAnswer, done: Any):
+        self._inner, self._reader, self._done = inner, reader, done
 
     def __iter__(self) -> Any:
         for chunk in self._inner:
-            if self._keep:
-                self._buffer += chunk
+            self._reader.feed(chunk)
             yield chunk
 
     def close(self) -> None:
         self._inner.close()
         done, self._done = self._done, None
         if done is not None:
-            done(bytes(self._buffer))
+            done(self._reader.answer())
 
 
 class _AsyncTeeStream(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, done: Any, keep: bool = True):
-        self._inner, self._done, self._buffer, self._keep = inner, done, bytearray(), keep
+    def __init__(self, inner: Any, reader: JSONAnswer | StreamedAnswer, done: Any):
+        self._inner, self._reader, self._done = inner, reader, done
 
     async def __aiter__(self) -> Any:
         async for chunk in self._inner:
-            if self._keep:
-                self._buffer += chunk
+            self._reader.feed(chunk)
             yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()
         done, self._done = self._done, None
         if done is not None:
-            done(bytes(self._buffer))
+            done(self._reader.answer())
+
+
+def _answer_of(body: dict[str, Any], payload: bytes) -> Any:
+    """A response read whole: JSON, or server-sent events where the request asked for a stream."""
+    if not body.get("stream"):
+        return _json(payload)
+    reader = StreamedAnswer()
+    reader.feed(payload)
+    return reader.answer()
 
 
 def _install_httpx() -> None:
@@ -301,15 +372,15 @@ def _install_httpx() -> None:
         sent_at = time.monotonic()
         try:
             response = sync_send(self, request, **kwargs)
-            if body is not None and (ticket is not None or not body.get("stream")):
+            if body is not None:
                 if kwargs.get("stream"):
                     response.stream = _TeeStream(
                         response.stream,
+                        StreamedAnswer() if body.get("stream") else JSONAnswer(),
                         lambda data: _observe(sent_at, body, tags, ticket, response, data),
-                        keep=not body.get("stream"),
                     )
                 else:
-                    _observe(sent_at, body, tags, ticket, response, response.read())
+                    _observe(sent_at, body, tags, ticket, response, _answer_of(body, response.read()))
         except BaseException:
             if ticket is not None:
                 ticket.done()
@@ -321,15 +392,15 @@ def _install_httpx() -> None:
         sent_at = time.monotonic()
         try:
             response = await async_send(self, request, **kwargs)
-            if body is not None and (ticket is not None or not body.get("stream")):
+            if body is not None:
                 if kwargs.get("stream"):
                     response.stream = _AsyncTeeStream(
                         response.stream,
+                        StreamedAnswer() if body.get("stream") else JSONAnswer(),
                         lambda data: _observe(sent_at, body, tags, ticket, response, data),
-                        keep=not body.get("stream"),
                     )
                 else:
-                    _observe(sent_at, body, tags, ticket, response, await response.aread())
+                    _observe(sent_at, body, tags, ticket, response, _answer_of(body, await response.aread()))
         except BaseException:
             if ticket is not None:
                 ticket.done()

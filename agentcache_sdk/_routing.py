@@ -9,9 +9,10 @@ instance per SDK process and server, behind a lock, that learns from what it
 routed and from the answers (each answer takes its request off the slot's
 queue; the usage's prompt tokens calibrate the characters-per-token estimate
 of later prompts, since the SDK sees text, not tokens; its output tokens the
-agent's expected output, which sizes its homes (streamed answers report no
-usage to the SDK: an agent that only streams is sized by every agent's mean
-output, 0 where all stream); prompt and cached tokens are counted per slot,
+agent's expected output, which sizes its homes (a streamed answer reports its
+usage where the request asked for it, `stream_options={"include_usage": True}`;
+an agent whose answers never report it is sized by every agent's mean output, 0
+where none does); prompt and cached tokens are counted per slot,
 `routing_stats()`). The decision needs no
 server call beyond the cached worker listing.
 

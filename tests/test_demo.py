@@ -9,6 +9,8 @@ import sys
 import pytest
 from conftest import free_port
 
+from agentcache.trace import read_trace
+
 pytestmark = pytest.mark.server
 
 
@@ -29,6 +31,8 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
         str(free_port()),
         "--log-dir",
         str(logs),
+        "--record",
+        str(tmp_path / "demo.jsonl"),
         "--json",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -47,3 +51,23 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
     assert "pbkv: " in done.stdout and "x faster on mean latency" in done.stdout
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "could not" in line.lower()]
     assert not errors, errors
+    # --record: the run with agentcache, streamed as the demo's apps stream, as a replayable trace
+    trace = read_trace(tmp_path / "demo.jsonl")
+    assert len(trace.requests) == summary["pbkv"]["requests"] and len(trace.ended_workflows) == 2
+    assert {r.agent for r in trace.requests} <= {
+        "planner",
+        "coder",
+        "tester",
+        "analyzer",
+        "decomposer",
+        "retriever",
+        "verifier",
+    }
+
+
+def test_the_demo_records_only_where_requests_are_tagged(tmp_path, capsys):
+    from agentcache.cli import main
+
+    assert main(["demo", "--policies", "lru,lfu", "--record", str(tmp_path / "t.jsonl")]) == 2
+    assert "--record: lru,lfu runs on plain SGLang only, whose requests are not tagged" in capsys.readouterr().err
+    assert not (tmp_path / "t.jsonl").exists()

@@ -84,12 +84,37 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if server.cached_tokens is not None:
                 payload["usage"]["prompt_tokens_details"] = {"cached_tokens": server.cached_tokens}
+            if body.get("stream"):
+                self._stream(payload, (body.get("stream_options") or {}).get("include_usage", False))
+                return
         data = json.dumps(payload).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, payload: dict, include_usage: bool) -> None:
+        """Answer as an OpenAI route streams: one event per word, the usage last where asked, then [DONE]; the
+        bytes split across writes anywhere, as a network may."""
+        words = payload["choices"][0]["message"]["content"].split(" ")
+        events = [
+            {
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"content": w if not i else " " + w}}],
+            }
+            for i, w in enumerate(words)
+        ]
+        if include_usage:
+            events.append({"object": "chat.completion.chunk", "choices": [], "usage": payload["usage"]})
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        for start in range(0, len(data), 7):
+            self.wfile.write(data[start : start + 7])
+            self.wfile.flush()
 
 
 @pytest.fixture
@@ -369,6 +394,52 @@ def test_recorder_writes_a_replayable_trace(fake, tmp_path):
     first, second = requests[0], requests[1]
     assert first.fixed == 1 and second.segments[: len(first.segments)] == first.segments
     assert second.segments[len(first.segments)].content_id == first.output_id, "the reply comes back as the output"
+
+
+def test_recorder_and_usage_read_streamed_answers_too(fake, tmp_path):
+    """Agent apps stream (the demo does, LangGraph can): a streamed answer is recorded with its reply and
+    its usage counted, from the sync and the async openai client alike."""
+    fake.cached_tokens = 4
+    sync_client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    async_client = openai.AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    chat = {"model": "m", "stream": True, "stream_options": {"include_usage": True}}
+
+    def reply_of(stream) -> str:  # noqa: ANN001
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    async def streamed_async(history: list) -> str:
+        stream = await async_client.chat.completions.create(messages=history, **chat)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    path = tmp_path / "rec.jsonl"
+    before = ac.usage()
+    try:
+        with ac.record(path) as recorder:
+            with ac.workflow():
+                history = [SYSTEM, {"role": "user", "content": "task"}]
+                history.append(
+                    {
+                        "role": "assistant",
+                        "content": reply_of(sync_client.chat.completions.create(messages=history, **chat)),
+                    }
+                )
+                history.append({"role": "assistant", "content": asyncio.run(streamed_async(history))})
+                with sync_client.chat.completions.create(messages=history, model="m", stream=True) as stream:
+                    reply_of(stream)  # no usage asked for: recorded all the same
+            ac.flush(5)
+    finally:
+        fake.cached_tokens = None
+    after = ac.usage()
+    trace = read_trace(path)
+    first, second, third = trace.requests
+    assert recorder.requests == 3 and len(trace.ended_workflows) == 1
+    assert second.segments[len(first.segments)].content_id == first.output_id, "the streamed reply is the output"
+    assert third.segments[len(second.segments)].content_id == second.output_id
+    assert first.output == 3, "'reply to 2': 11 characters, 3 tokens at 4 characters each"
+    assert after["requests"] - before["requests"] == 3
+    assert (
+        after["prompt_tokens"] - before["prompt_tokens"] == 20 and after["cached_tokens"] - before["cached_tokens"] == 8
+    )
 
 
 def workflow_of(body: dict) -> str | None:
