@@ -351,11 +351,14 @@ class _AsyncTeeStream(httpx.AsyncByteStream):
             done(self._reader.answer())
 
 
+def _reader_for(body: dict[str, Any]) -> JSONAnswer | StreamedAnswer:
+    """What reads the answer to `body`: server-sent events where the request asked for a stream, else JSON."""
+    return StreamedAnswer() if body.get("stream") else JSONAnswer()
+
+
 def _answer_of(body: dict[str, Any], payload: bytes) -> Any:
-    """A response read whole: JSON, or server-sent events where the request asked for a stream."""
-    if not body.get("stream"):
-        return _json(payload)
-    reader = StreamedAnswer()
+    """A response read whole, as its reader puts it together."""
+    reader = _reader_for(body)
     reader.feed(payload)
     return reader.answer()
 
@@ -376,7 +379,7 @@ def _install_httpx() -> None:
                 if kwargs.get("stream"):
                     response.stream = _TeeStream(
                         response.stream,
-                        StreamedAnswer() if body.get("stream") else JSONAnswer(),
+                        _reader_for(body),
                         lambda data: _observe(sent_at, body, tags, ticket, response, data),
                     )
                 else:
@@ -396,7 +399,7 @@ def _install_httpx() -> None:
                 if kwargs.get("stream"):
                     response.stream = _AsyncTeeStream(
                         response.stream,
-                        StreamedAnswer() if body.get("stream") else JSONAnswer(),
+                        _reader_for(body),
                         lambda data: _observe(sent_at, body, tags, ticket, response, data),
                     )
                 else:

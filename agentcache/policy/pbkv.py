@@ -271,11 +271,11 @@ class PBKVPolicy(CachePolicy):
         prompt_tokens: int | None = None,
     ) -> None:
         workflow, agent = tags.key, tags.identity
-        ingredients = self.ingredients
+        counts_retired_reads = self.ingredients.retired_evidence or self.ingredients.retired_ages
         previous = self.latest.get(workflow, NO_LATEST).get(agent) if matched_tokens is not None else None
-        if ingredients.retired_evidence or ingredients.retired_ages or previous is not None:
+        if counts_retired_reads or previous is not None:
             read = _read_from_cache(path, matched_tokens)
-            if ingredients.retired_evidence or ingredients.retired_ages:
+            if counts_retired_reads:
                 self._count_retired_reads(read, workflow)
             if previous is not None:
                 self.reuse.observe(agent, previous, read)
