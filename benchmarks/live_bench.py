@@ -7,7 +7,10 @@ Runs `agentcache bench --json --plot docs/img/live-bench.png` (its defaults: a g
 lru, lfu, slru and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
 strategies on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
 Extra arguments go to `agentcache bench`; with `--family F` (other than the default group chat) the
-page is docs/live-bench-F.md and the README's table for it sits between its own markers.
+page is docs/live-bench-F.md and the README's table for it sits between its own markers; `--page NAME`
+(not passed on) names the page docs/live-bench-NAME.md instead, for a run that differs in other arguments:
+
+    .venv/bin/python benchmarks/live_bench.py --page full-prompts --token-scale 1.0   # prompts at full size
 """
 
 from __future__ import annotations
@@ -76,9 +79,20 @@ def verdicts(summary: dict) -> list[str]:
 
 
 def page_name(extra: list[str]) -> str:
-    """live-bench, or live-bench-FAMILY for a generated family other than the default."""
+    """live-bench-NAME for `--page NAME`, else live-bench, or live-bench-FAMILY for a generated family other
+    than the default."""
+    if "--page" in extra[:-1]:
+        return f"live-bench-{extra[extra.index('--page') + 1]}"
     family = extra[extra.index("--family") + 1] if "--family" in extra[:-1] else "group-chat"
     return "live-bench" if family == "group-chat" else f"live-bench-{family}"
+
+
+def bench_arguments(extra: list[str]) -> list[str]:
+    """What goes to `agentcache bench`: everything but `--page NAME`."""
+    if "--page" not in extra[:-1]:
+        return extra
+    i = extra.index("--page")
+    return extra[:i] + extra[i + 2 :]
 
 
 def main() -> None:
@@ -89,7 +103,8 @@ def main() -> None:
         return
     name = page_name(extra)
     command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(DOCS / f"img/{name}.png")]
-    proc = subprocess.run(command + extra, stdout=subprocess.PIPE, text=True, cwd=ROOT)  # stderr: the progress bar
+    # stderr: the progress bar
+    proc = subprocess.run(command + bench_arguments(extra), stdout=subprocess.PIPE, text=True, cwd=ROOT)
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         sys.exit(proc.returncode)
@@ -98,13 +113,15 @@ def main() -> None:
 
 def write_pages(summary: dict, extra: list[str]) -> None:
     name = page_name(extra)
-    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/img/{name}.png", *extra])
+    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/img/{name}.png", *bench_arguments(extra)])
     lines = table(summary) + ["", *verdicts(summary)]
-    workload = (
-        "the default workload (16 generated group-chat workflows: agents append to a shared conversation)"
-        if name == "live-bench"
-        else f"generated {name.removeprefix('live-bench-')} workflows (`{' '.join(extra)}`)"
-    )
+    arguments = bench_arguments(extra)
+    if name == "live-bench":
+        workload = "the default workload (16 generated group-chat workflows: agents append to a shared conversation)"
+    elif "--family" in arguments:
+        workload = f"generated {name.removeprefix('live-bench-')} workflows (`{' '.join(arguments)}`)"
+    else:
+        workload = f"the default group chat, run with `{' '.join(arguments)}`"
     page = [
         "# Live benchmark: real requests against the CPU server",
         "",

@@ -175,6 +175,32 @@ def test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_
     assert not any(t is tags_of(system) for t in changed)
 
 
+def test_pbkv_counts_a_request_waiting_at_an_eviction_round_and_nothing_for_one_admitted_before():
+    """A request waiting to be admitted reads its agent's fixed prompt for certain (`pending`): an eviction
+    round while it waits keys the prompt higher, and its admission lowers it again. Most requests are
+    admitted before any eviction round: those change no key, so the engine's heap has nothing to re-key."""
+    forecast = {"coder": [{"coder": 0.5, END: 0.5}, {END: 1.0}]}
+    policy = PBKVPolicy(predictor=FixedForecast(forecast), ingredients=Ingredients(timing=False, arrivals=False))
+    system, history = Node("system"), Node("history")
+    touch(policy, [system, history], "w", "coder", 0.0, fixed_tokens=10)
+    settled = policy.priority(system)
+    policy.priority(history)
+    policy.take_changed_keys()
+    request = Tags(workflow="w", agent="coder", fixed_tokens=10)
+
+    policy.on_request(request, 1.0)
+    policy.on_admit(request)  # admitted before any eviction round
+    assert not any(t is tags_of(system) for t in policy.take_changed_keys())
+    assert policy.priority(system) == settled
+
+    policy.on_request(request, 2.0)
+    policy.take_changed_keys()  # an eviction round while it waits
+    assert policy.priority(system)[1] > settled[1]  # a key that rose: the heap finds it when it reaches the top
+    policy.on_admit(request)
+    assert any(t is tags_of(system) for t in policy.take_changed_keys())  # one that fell is reported
+    assert policy.priority(system) == settled
+
+
 def test_pbkv_evicts_ended_workflows_output_no_prompt_resent_before_their_prompts():
     policy = make_policy("pbkv")
     prompt1, out1, prompt2, out2 = Node("prompt1"), Node("out1"), Node("prompt2"), Node("out2")

@@ -56,7 +56,9 @@ switchable ingredients (see docs/policy.md for what each one is worth):
   counts one read at step 0 for its workflow until the engine admits the
   request (and holds its prefix). The forecasts have already moved past it,
   to what comes after; the replay admits each request as it arrives, so only
-  a live server queues.
+  a live server queues. Most requests are admitted before any eviction sees
+  them waiting: a request counts as pending only from the first eviction
+  round (or key) while it waits, so one admitted at once costs nothing.
 """
 
 from __future__ import annotations
@@ -207,6 +209,9 @@ class PBKVPolicy(CachePolicy):
         # more than CHANGE (every request moves some demand a little; the keys of shared prompts are many).
         self._keyed_demand: dict[str, float] = {}
         self._pending: dict[WorkflowKey, str] = {}  # workflow -> the agent of its request not served yet
+        # Requests arrived and not admitted yet that no key has counted as pending: counted at the next eviction
+        # round or key (_count_waiting); one admitted before that is forgotten at no cost.
+        self._arrived: dict[WorkflowKey, str] = {}
         self.reuse = ReuseEvidence()
         self.retired_reads = RetiredReads()
         self.retired_ages = RetiredAges()
@@ -249,12 +254,33 @@ class PBKVPolicy(CachePolicy):
             self._last_start = now
         state = super().on_request(tags, now)
         if self.ingredients.pending:
-            self._pending[state.id] = tags.identity
+            if state.id in self._pending:  # an earlier request of the workflow is counted waiting: this one instead
+                self._pending[state.id] = tags.identity
+            else:
+                self._arrived[state.id] = tags.identity
         self._update(state)
         return state
 
+    def _count_waiting(self) -> None:
+        """Count the requests that arrived since the last eviction round and still wait as pending."""
+        arrived, self._arrived = self._arrived, {}
+        get = self.registry.get
+        for workflow, agent in arrived.items():
+            state = get(workflow)
+            if state is not None:
+                self._pending[workflow] = agent
+                self._update(state)
+
+    def take_changed_keys(self) -> list[NodeTags] | None:
+        if self._arrived:  # an eviction round starts: requests still waiting are pending now
+            self._count_waiting()
+        return super().take_changed_keys()
+
     def on_admit(self, tags: Tags) -> None:
         workflow = tags.key
+        if self._arrived.get(workflow) == tags.identity:  # admitted before any key counted it waiting
+            del self._arrived[workflow]
+            return
         if self._pending.get(workflow) == tags.identity:  # its prefix is held now: eviction cannot take it
             del self._pending[workflow]
             self.registry.version += 1  # the demand changes
@@ -342,6 +368,7 @@ class PBKVPolicy(CachePolicy):
         self._values.pop(state.id, None)
         self._next.pop(state.id, None)
         self._pending.pop(state.id, None)
+        self._arrived.pop(state.id, None)
         self._weights.pop(state.id, None)
         self._set_part(state.id, None)
         nodes = self._nodes_of.pop(state.id, None)
@@ -606,6 +633,8 @@ class PBKVPolicy(CachePolicy):
 
     def priority(self, node: CacheNode) -> tuple:
         """The eviction key, kept on the node until something it depends on changes (see REFRESH_EVERY)."""
+        if self._arrived:  # a key asked outside an eviction round (SGLang's host tier) counts them too
+            self._count_waiting()
         t = getattr(node, TAGS_ATTR, None)
         if t is not None and t.key_epoch == self._epoch and t.key[-1] == node.last_access_time:
             return t.key
