@@ -113,9 +113,9 @@ def main() -> None:
 
 def write_pages(summary: dict, extra: list[str]) -> None:
     name = page_name(extra)
-    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/img/{name}.png", *bench_arguments(extra)])
-    lines = table(summary) + ["", *verdicts(summary)]
     arguments = bench_arguments(extra)
+    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/img/{name}.png", *arguments])
+    lines = table(summary) + ["", *verdicts(summary)]
     if name == "live-bench":
         workload = "the default workload (16 generated group-chat workflows: agents append to a shared conversation)"
     elif "--family" in arguments:

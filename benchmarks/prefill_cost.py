@@ -1,6 +1,6 @@
 """What a prompt token costs the live server in time: is prefill a large share of a request's time to first token?
 
-    .venv/bin/python benchmarks/prefill_cost.py                      # the bench's model (small), about 2 minutes
+    .venv/bin/python benchmarks/prefill_cost.py                      # the bench's model (small), about 30 seconds
     .venv/bin/python benchmarks/prefill_cost.py --model-size medium
 
 Starts the bundled server (plain SGLang, CPU dev mode without a GPU, the live bench's engine settings),
