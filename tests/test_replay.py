@@ -79,6 +79,36 @@ def test_the_replay_uses_sglangs_unified_radix_cache_and_our_strategy():
     assert type(builtin.cache.tree_core.eviction_strategy).__name__ == "LFUStrategy"
 
 
+@pytest.mark.parametrize("tagged_while_running", [False, True])
+def test_pbkv_learns_how_an_agent_reuses_its_last_request_when_its_prompt_is_tagged_before_it_finishes(
+    tagged_while_running,
+):
+    """SGLang puts a request's prompt in the tree once it is computed and tags it there (the server's
+    checkpoint, and the timed replay's), which makes it the pair's latest before it finishes: its finish must
+    still compare what it read with the pair's previous request. It learned nothing there before (every share
+    stayed at the 0.5 of no evidence). A fixed prompt the first request computed is not fresh prompt: the
+    demand values it, and counting it read again as fresh made fresh tails look read (0.81 here)."""
+    from agentcache.policy.base import CONTEXT, FRESH, OUTPUT
+
+    policy = make_policy("pbkv")
+    cache, codec = ReplayCache(100_000, policy), TokenCodec()
+    for i in range(3):  # the prompt rebuilt: fixed prompt and task read again, a new tail each time
+        segments = (Segment("sys", 300), Segment("task", 50), Segment(f"tail/{i}", 40))
+        enc = codec.encode(Request(float(i), "w1", "coder", segments, 1, 20, f"out/{i}"), i)
+        tags = Tags(workflow="w1", agent="coder", fixed_tokens=enc.fixed_len)
+        policy.on_request(tags, float(i))
+        admission = cache.admit(enc, tags)
+        if tagged_while_running:
+            admission = cache.checkpoint(admission, float(i))
+        cache.finish(admission, float(i) + 0.5)
+    policy.reuse.freeze()
+    # The second request read the task (50 of its predecessor's 90 fresh tokens), the third its context (50 of
+    # 50) and none of the fresh tail (0 of 40); no output was read again.
+    assert policy.reuse.share("coder", CONTEXT) == pytest.approx(1.0)
+    assert policy.reuse.share("coder", FRESH) == pytest.approx(50 / 130)
+    assert policy.reuse.share("coder", OUTPUT) == pytest.approx(0.0)
+
+
 def test_node_boundaries_fall_at_the_fixed_prompt_and_the_prompt_and_tags_reach_nodes():
     from agentcache.engine.adapter import path_nodes
 

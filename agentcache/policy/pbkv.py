@@ -227,6 +227,10 @@ class PBKVPolicy(CachePolicy):
         # active workflow -> the nodes it touched whose keys read it (a fixed prompt's read the demand alone)
         self._nodes_of: dict[WorkflowKey, dict[int, NodeTags]] = {}
         self._fixed_nodes: dict[str, dict[int, NodeTags]] = {}  # agent -> nodes of its fixed prompt
+        # workflow -> agent -> the pair's previous request, while its running request's prompt is in the tree
+        # (SGLang tags it there before it finishes, and that tagging makes it the pair's latest): what the
+        # finish compares the request's read with, to learn the agent's reuse.
+        self._before_running: dict[WorkflowKey, dict[str, Latest]] = {}
 
     # -- learning
 
@@ -298,7 +302,13 @@ class PBKVPolicy(CachePolicy):
     ) -> None:
         workflow, agent = tags.key, tags.identity
         counts_retired_reads = self.ingredients.retired_evidence or self.ingredients.retired_ages
-        previous = self.latest.get(workflow, NO_LATEST).get(agent) if matched_tokens is not None else None
+        previous = self.latest.get(workflow, NO_LATEST).get(agent)
+        if matched_tokens is None:  # the prompt is in the tree and the request runs on
+            if previous is not None and previous.matched is not None:
+                self._before_running.setdefault(workflow, {})[agent] = previous
+            previous = None
+        elif previous is not None and previous.matched is None:  # tagged while it ran: its own, not the last
+            previous = self._before_running.get(workflow, NO_LATEST).get(agent)
         if counts_retired_reads or previous is not None:
             read = _read_from_cache(path, matched_tokens)
             if counts_retired_reads:
@@ -306,6 +316,8 @@ class PBKVPolicy(CachePolicy):
             if previous is not None:
                 self.reuse.observe(agent, previous, read)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
+        if matched_tokens is not None and workflow in self._before_running:
+            self._before_running[workflow].pop(agent, None)
         self.on_admit(tags)  # served, in case its admission went unreported
         # The pair's current path moved: the nodes of its old one lose the pair's value.
         self._invalidate(self._nodes_of.get(workflow))
@@ -371,6 +383,7 @@ class PBKVPolicy(CachePolicy):
         self._arrived.pop(state.id, None)
         self._weights.pop(state.id, None)
         self._set_part(state.id, None)
+        self._before_running.pop(state.id, None)
         nodes = self._nodes_of.pop(state.id, None)
         if nodes and self.ingredients.retired_evidence:
             for t in nodes.values():
@@ -758,7 +771,9 @@ class ReuseEvidence:
                 return  # the rest of the previous path was gone before the request came
         self._observations += 1
         counts = _agent_counts(self._counts, agent, lambda: [0] * 9)
-        bounds = (previous.fixed, previous.matched, previous.prompt, previous.depth)
+        # A fixed prompt it computed is not fresh: the demand values it (share() answers 1.0 for it).
+        fixed = previous.fixed
+        bounds = (fixed, max(fixed, previous.matched), max(fixed, previous.prompt), previous.depth)
         for i, (start, stop) in enumerate(zip(bounds, bounds[1:])):
             if stop <= start:
                 continue
