@@ -308,7 +308,8 @@ class PBKVPolicy(CachePolicy):
                 self._before_running.setdefault(workflow, {})[agent] = previous
             previous = None
         elif previous is not None and previous.matched is None:  # tagged while it ran: its own, not the last
-            previous = self._before_running.get(workflow, NO_LATEST).get(agent)
+            waiting = self._before_running.get(workflow)
+            previous = waiting.pop(agent, None) if waiting else None
         if counts_retired_reads or previous is not None:
             read = _read_from_cache(path, matched_tokens)
             if counts_retired_reads:
@@ -316,8 +317,6 @@ class PBKVPolicy(CachePolicy):
             if previous is not None:
                 self.reuse.observe(agent, previous, read)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
-        if matched_tokens is not None and workflow in self._before_running:
-            self._before_running[workflow].pop(agent, None)
         self.on_admit(tags)  # served, in case its admission went unreported
         # The pair's current path moved: the nodes of its old one lose the pair's value.
         self._invalidate(self._nodes_of.get(workflow))
