@@ -390,7 +390,9 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "The plugin overrides that walk for pbkv with a heap kept across rounds: the policy reports the",
         "nodes whose key changed, the heap re-keys those and the leaves it has no entry for, and checks",
         "every other entry when it reaches the top (an entry whose node is no longer a leaf is dropped;",
-        "one whose key moved is pushed again). In the replay it evicts in exactly the order of SGLang's rebuild",
+        "one whose key moved is pushed again). It learns of new leaves from SGLang's own leaf set, which the",
+        "plugin makes a set that also lists what SGLang adds to it (`RecordedLeaves`): no pass over every leaf",
+        "per round. In the replay, untimed and timed, it evicts in exactly the order of SGLang's rebuild",
         "(`tests/test_replay.py::test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would`).",
         "",
         "Where the rest of pbkv's time goes: `.venv/bin/python benchmarks/overhead.py --breakdown",
@@ -416,6 +418,10 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "its own history, not the fixed prompts it read",
         "(`tests/test_policies.py::test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_it_read`).",
         "A refresh adds each forecast that workflows share to the demand once, with their weights summed.",
+        "Where a workflow moves on, only the keys of its nodes that one of the agents whose term fell has read",
+        "are reported to the heap; the others can only have risen, and the heap re-keys them if they reach its",
+        "top. Where a request's finish supersedes the tagging of its own prompt (SGLang tags it once computed),",
+        "nothing of the old path is left behind to re-key.",
         "",
     ]
     (DOCS / "overhead.md").write_text("\n".join(lines))

@@ -170,9 +170,37 @@ def test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_
     policy.take_changed_keys()
     policy.on_request(Tags(workflow="w", agent="coder", fixed_tokens=10), 1.0)
     assert policy._demand == demand
-    changed = policy.take_changed_keys()
-    assert any(t is tags_of(history) for t in changed)
-    assert not any(t is tags_of(system) for t in changed)
+    assert tags_of(history).key_epoch != policy._epoch, "the history's key is recomputed at its next use"
+    assert tags_of(system).key_epoch == policy._epoch
+    assert not any(t is tags_of(system) for t in policy.take_changed_keys())
+
+
+def test_pbkv_reports_a_history_key_to_the_heap_only_where_its_value_may_have_fallen():
+    """A workflow moving on changes its nodes' values. Where every agent's term (weight x forecast value, and
+    the agent it has waiting) stayed or grew, its nodes' keys can only have risen: they are recomputed at
+    their next use, and the engine's heap, whose entry for them is then too low, finds that out when it
+    reaches its top. Where a term its node reads fell, the heap must re-key the node at once."""
+    forecast = {
+        "coder": [{"coder": 0.5, END: 0.5}, {END: 1.0}],
+        "tester": [{"coder": 0.9, END: 0.1}, {END: 1.0}],  # after the tester the coder is likelier
+        "planner": [{END: 1.0}, {END: 1.0}],  # after the planner nobody calls the coder
+    }
+    policy = PBKVPolicy(
+        predictor=FixedForecast(forecast), ingredients=Ingredients(timing=False, pending=False, arrivals=False)
+    )
+    history = Node("history")
+    touch(policy, [history], "w", "coder", 0.0)
+    policy.priority(history)  # the engine's heap keyed it
+    policy.take_changed_keys()
+    before = policy.priority(history)
+    policy.on_request(Tags(workflow="w", agent="tester"), 1.0)  # the coder's term grew
+    assert tags_of(history).key_epoch != policy._epoch
+    assert not any(t is tags_of(history) for t in policy.take_changed_keys())
+    risen = policy.priority(history)
+    assert risen > before
+    policy.on_request(Tags(workflow="w", agent="planner"), 2.0)  # the coder's term fell
+    assert any(t is tags_of(history) for t in policy.take_changed_keys())
+    assert policy.priority(history) < risen
 
 
 def test_pbkv_counts_a_request_waiting_at_an_eviction_round_and_nothing_for_one_admitted_before():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from itertools import accumulate
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +12,12 @@ from agentcache.policy import OURS, make_policy
 from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay, replay_policy, replay_sglang_alone
+from agentcache.replay.serving import serve_trace
 from agentcache.replay.tokens import TokenCodec
 from agentcache.tags import Tags, WorkflowKey
-from agentcache.trace import End, Meta, Request, Segment, Trace
+from agentcache.trace import End, Meta, Request, Segment, Trace, read_trace
+
+REAL_TRACES = Path(__file__).resolve().parents[1] / "benchmarks" / "traces"
 
 FULL = None
 
@@ -345,18 +349,34 @@ def test_cli_replay_json_and_errors(tmp_path, capsys, small_traces):
     assert plot.stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("family", ["code-retry", "group-chat", "phased-chat", "chat", "cyclic-chat"])
-def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(family, small_traces, monkeypatch):
-    """The heap kept across eviction rounds re-keys only what the policy reports changed; SGLang's own walk
-    rebuilds from every leaf each round. Same requests, same hits, same evictions, request by request.
-    (cyclic-chat: retired keys that change with their nodes' ages alone.)"""
+@pytest.mark.parametrize(
+    "family, timed, policy",
+    [(f, False, "pbkv") for f in ("code-retry", "group-chat", "phased-chat", "chat", "cyclic-chat")]
+    + [("code-retry", True, "pbkv"), ("phased-chat", True, "pbkv")]
+    + [("cachescout_gsm8k", False, "pbkv-paper")],
+)
+def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(
+    family, timed, policy, small_traces, monkeypatch
+):
+    """The heap kept across eviction rounds re-keys only what the policy reports changed (and leaves the keys
+    that can only have risen until they reach its top); SGLang's own walk rebuilds from every leaf each round.
+    Same requests, same hits, same evictions, request by request. Untimed (each request served at once) and
+    timed (requests wait, are admitted, tagged once their prompt is computed and again when they finish).
+    Halfway, SGLang's leaf set is replaced by a plain set (as a cache reset makes a new one): the heap rebuilds.
+    (cyclic-chat: retired keys that change with their nodes' ages alone; pbkv-paper: without the
+    ingredients that keep each workflow's part of the demand, where its keys once read a refresh's stale
+    part and were left high.)"""
     from sglang.srt.mem_cache.unified_cache.components import FullComponent
 
     import agentcache.replay.runner as runner
+    from agentcache.engine.adapter import RecordedLeaves
     from agentcache.policy.pbkv import PBKVPolicy
 
-    prepared = _cyclic_chat(12, 8) if family == "cyclic-chat" else PreparedTrace(small_traces[family])
-    capacity = int(mean_prompt(prepared) * 3)
+    if family == "cachescout_gsm8k":  # the recorded trace at the suite's tightest capacity for it
+        prepared, capacity = PreparedTrace(read_trace(REAL_TRACES / f"{family}.jsonl")), 3600
+    else:
+        prepared = _cyclic_chat(12, 8) if family == "cyclic-chat" else PreparedTrace(small_traces[family])
+        capacity = int(mean_prompt(prepared) * 3)
     rebuilds = []
     original_start = FullComponent._evict_device_start
 
@@ -365,23 +385,36 @@ def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(family
         return original_start(self, request_cnt)
 
     class RecordingCache(ReplayCache):
-        def serve(self, enc, tags, now):
-            result = super().serve(enc, tags, now)
-            hits.append(result.hit_tokens)
-            return result
+        def admit(self, enc, tags, **kwargs):
+            tree = self.cache.tree_core
+            if not replaced and len(hits) >= len(prepared.requests) // 2 and keeps_keys:
+                assert type(tree.evictable_device_leaves) is RecordedLeaves
+                tree.evictable_device_leaves = set(tree.evictable_device_leaves)
+                replaced.append(len(hits))
+            return super().admit(enc, tags, **kwargs)
+
+        def finish(self, admission, now, output_slots=()):
+            super().finish(admission, now, output_slots)
+            hits.append((admission.tags.key, admission.hit_tokens))
 
     monkeypatch.setattr(FullComponent, "_evict_device_start", counted_start)
     monkeypatch.setattr(runner, "ReplayCache", RecordingCache)
     runs = {}
+    replaced: list[int] = []
     for keeps_keys in (True, False):
         hits = []
         rebuilds.clear()
         monkeypatch.setattr(PBKVPolicy, "keeps_keys", keeps_keys)
-        result = replay_policy(prepared, "pbkv", capacity)
-        runs[keeps_keys] = (hits, result.evicted_tokens, len(rebuilds))
+        if timed:
+            served = serve_trace(prepared, policy, capacity, time_scale=0.05)
+            evicted = [sum(e.values()) for e in served.evicted_tokens]
+        else:
+            evicted = replay_policy(prepared, policy, capacity).evicted_tokens
+        runs[keeps_keys] = (hits, evicted, len(rebuilds))
     (heap_hits, heap_evicted, heap_rebuilds), (walk_hits, walk_evicted, walk_rebuilds) = runs[True], runs[False]
-    assert walk_rebuilds > 0 and sum(walk_evicted.values()) > 0, "the capacity must make the cache evict"
+    assert walk_rebuilds > 0 and heap_evicted, "the capacity must make the cache evict"
     assert heap_rebuilds == 0, "the kept heap must replace SGLang's per-round rebuild"
+    assert replaced, "the leaf set must have been replaced halfway"
     assert heap_hits == walk_hits
     assert heap_evicted == walk_evicted
 

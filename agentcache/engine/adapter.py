@@ -5,7 +5,8 @@
 - :class:`TaggedFullComponent` is SGLang's FULL KV component that also keeps a
   node's tags whole when the tree splits it, counts evictions per node class,
   and, for a policy that keeps its keys, orders eviction with an
-  :class:`EvictionHeap` kept across eviction rounds.
+  :class:`EvictionHeap` kept across eviction rounds, which learns of new
+  leaves from SGLang's leaf set made a :class:`RecordedLeaves`.
 - :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
   tree core; :func:`split_at`, :func:`ends_at` and :func:`path_nodes` are the
   tree walks the adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
@@ -17,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator
-from itertools import count
+from itertools import chain, count
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -43,6 +44,23 @@ class PolicyStrategy(EvictionStrategy):
         return self.policy.priority(node)
 
 
+class RecordedLeaves(set):
+    """SGLang's set of evictable device leaves (``UnifiedTreeCore.evictable_device_leaves``, which SGLang changes
+    only by ``add`` and ``discard``), also listing the leaves added since the eviction heap last looked: the
+    heap finds the leaves it has no entry for there, not by a pass over every leaf at every eviction round."""
+
+    __slots__ = ("added",)
+
+    def __init__(self, leaves: Any = ()):
+        super().__init__(leaves)
+        self.added: list[Any] = []
+
+    def add(self, node: Any) -> None:
+        if node not in self:
+            set.add(self, node)
+            self.added.append(node)
+
+
 class EvictionHeap:
     """The evictable leaves in the policy's order, kept across eviction rounds.
 
@@ -62,13 +80,24 @@ class EvictionHeap:
         self._live: dict[Any, int] = {}  # node -> the sequence number of its current entry
         self._sequence = count()
         self._root: Any = None
+        self._taken: list[Any] = []  # the leaves popped since the last sync (for SGLang to evict)
 
     def sync(self, tree: Any) -> None:
         """Bring the heap up to date with `tree`'s evictable leaves before an eviction round."""
         leaves = tree.evictable_device_leaves
         changed = self.policy.take_changed_keys()
-        # A rebuild when every key may have moved, after a cache reset, or once dropped entries dominate.
-        if changed is None or tree.root_node is not self._root or len(self._live) > 2 * len(leaves) + 64:
+        # A rebuild when every key may have moved, after a cache reset, once dropped entries dominate, or where
+        # the tree's leaf set is not one that lists its additions (the first round, or SGLang made a new one).
+        if (
+            changed is None
+            or tree.root_node is not self._root
+            or len(self._live) > 2 * len(leaves) + 64
+            or type(leaves) is not RecordedLeaves
+        ):
+            if type(leaves) is not RecordedLeaves:
+                leaves = tree.evictable_device_leaves = RecordedLeaves(leaves)
+            leaves.added.clear()
+            self._taken = []
             self._root = tree.root_node
             priority, sequence = self.policy.priority, self._sequence
             self._entries = [(priority(node), next(sequence), node) for node in leaves]
@@ -78,11 +107,17 @@ class EvictionHeap:
         live = self._live
         for t in changed:
             try:
-                live.pop(tree.node_by_id(t.node_id), None)  # its entry is dead: re-keyed below if a leaf
+                node = tree.node_by_id(t.node_id)
             except KeyError:  # the tree dropped the node
-                pass
-        for node in leaves.difference(live):  # C-speed: a set minus a dict's keys, no copy
-            self.push(node)
+                continue
+            if live.pop(node, None) is not None and node in leaves:  # its entry is dead: re-key it
+                self.push(node)
+        # New leaves (an old entry of one is still checked when it reaches the top), and any leaf the last round
+        # took that SGLang did not evict after all.
+        added, leaves.added, taken, self._taken = leaves.added, [], self._taken, []
+        for node in chain(added, taken):
+            if node not in live and node in leaves:
+                self.push(node)
         if len(self._entries) > 2 * len(live) + 64:
             self._entries = [e for e in self._entries if self._live.get(e[2]) == e[1]]
             heapq.heapify(self._entries)
@@ -107,6 +142,7 @@ class EvictionHeap:
                 self.push(node)
                 continue
             del live[node]
+            self._taken.append(node)
             return node
         return None
 

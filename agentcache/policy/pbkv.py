@@ -302,7 +302,7 @@ class PBKVPolicy(CachePolicy):
     ) -> None:
         workflow, agent = tags.key, tags.identity
         counts_retired_reads = self.ingredients.retired_evidence or self.ingredients.retired_ages
-        previous = self.latest.get(workflow, NO_LATEST).get(agent)
+        previous = superseded = self.latest.get(workflow, NO_LATEST).get(agent)
         if matched_tokens is None:  # the prompt is in the tree and the request runs on
             if previous is not None and previous.matched is not None:
                 self._before_running.setdefault(workflow, {})[agent] = previous
@@ -318,8 +318,8 @@ class PBKVPolicy(CachePolicy):
                 self.reuse.observe(agent, previous, read)
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
         self.on_admit(tags)  # served, in case its admission went unreported
-        # The pair's current path moved: the nodes of its old one lose the pair's value.
-        self._invalidate(self._nodes_of.get(workflow))
+        if superseded is not None:  # the pair's current path moved: its old one's nodes lose the pair's value
+            self._invalidate_superseded(workflow, agent, superseded.stamp)
         active = self.registry.is_active(workflow)
         mine = self._nodes_of.setdefault(workflow, {}) if active else None
         forget_key, fixed_nodes, keyed_by_workflows = self.forget_key, None, self._keyed_by_workflows
@@ -335,6 +335,19 @@ class PBKVPolicy(CachePolicy):
                 if fixed_nodes is None:
                     fixed_nodes = self._fixed_node(agent)
                 fixed_nodes[id(t)] = t
+
+    def _invalidate_superseded(self, workflow: WorkflowKey, agent: str, stamp: int) -> None:
+        """Forget the keys of the workflow's nodes still stamped by the pair's superseded request: the ones its new
+        path does not pass (tagging re-stamped those it does). Where SGLang tagged the request's prompt before
+        it finished, its finish supersedes that tagging and passes every node of it: none."""
+        nodes = self._nodes_of.get(workflow)
+        if not nodes:
+            return
+        forget_key = self.forget_key
+        for t in nodes.values():
+            agents = t.workflows.get(workflow)
+            if agents is not None and agents.get(agent) == stamp and not t.evicted and t.key_epoch != FORGOTTEN:
+                forget_key(t)
 
     def adopt(self, tags: NodeTags) -> None:
         if self._keyed_by_workflows(tags):
@@ -475,10 +488,16 @@ class PBKVPolicy(CachePolicy):
 
     def _update(self, state: WorkflowState) -> None:
         """A workflow moved on (or its request was admitted): its weight, its part of the demand, its nodes."""
-        weight = self._weights[state.id] = self.timing_weight(state)
-        values = self._values.get(state.id, NO_VALUES)
-        self._set_part(state.id, (weight, values, self._pending.get(state.id)))
-        self._invalidate(self._nodes_of.get(state.id))
+        workflow = state.id
+        keyed_weight, before = self._weights.get(workflow), self._parts.get(workflow)
+        weight = self._weights[workflow] = self.timing_weight(state)
+        part = (weight, self._values.get(workflow, NO_VALUES), self._pending.get(workflow))
+        self._set_part(workflow, part)
+        if keyed_weight is None or before is None:  # nothing to compare with: every key may have fallen
+            self._invalidate(self._nodes_of.get(workflow))
+        else:  # the keys read the keyed weight and the values and waiting agent of the part they replace
+            fallen = _fallen((keyed_weight, before[1], before[2]), part)
+            self._invalidate(self._nodes_of.get(workflow), fallen=(workflow, fallen))
 
     def _set_part(self, workflow: WorkflowKey, part: tuple[float, dict[str, float], str | None] | None) -> None:
         """Replace a workflow's part of the demand D(a); the fixed prompts of the agents it touches change key."""
@@ -510,12 +529,19 @@ class PBKVPolicy(CachePolicy):
                 keyed[agent] = now
                 self._invalidate(self._fixed_nodes.get(agent), rising=now > then)
 
-    def _invalidate(self, nodes: dict[int, NodeTags] | None, rising: bool = False) -> None:
+    def _invalidate(
+        self,
+        nodes: dict[int, NodeTags] | None,
+        rising: bool = False,
+        fallen: tuple[WorkflowKey, set[str]] | None = None,
+    ) -> None:
         """The keys of `nodes` changed (`rising`: one weight or demand they are valued by grew, nothing else
-        changed); forget the evicted ones."""
+        changed; `fallen`: one workflow's terms changed, and only those of these agents fell); forget the
+        evicted ones."""
         if not nodes:
             return
-        rising = rising and not self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced
+        cost = self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced: never rising
+        rising = rising and not cost
         forget_key = self.forget_key
         gone = None  # rarely any: no list made per call
         for key, t in nodes.items():
@@ -524,9 +550,13 @@ class PBKVPolicy(CachePolicy):
                     gone = []
                 gone.append(key)
             elif t.key_epoch != FORGOTTEN:  # else reported already since its key was last computed
+                up = rising
+                if fallen is not None and not cost:
+                    agents = t.workflows.get(fallen[0])
+                    up = agents is None or fallen[1].isdisjoint(agents)
                 # A key grows with its forecast value; one valued by its read rate alone (value 0) reads a
                 # rate that falls with time.
-                forget_key(t, rising and t.key is not None and t.key[1] > 0.0)
+                forget_key(t, up and t.key is not None and t.key[1] > 0.0)
         if gone is not None:
             for key in gone:
                 del nodes[key]
@@ -571,10 +601,10 @@ class PBKVPolicy(CachePolicy):
                 self._invalidate(nodes_of.get(workflow), rising=rising)
                 keyed_weight = weight
             weights[workflow] = keyed_weight
-            values = values_of.get(workflow, NO_VALUES)
-            waiting = pending.get(workflow)
-            parts[workflow] = (weight, values, waiting)
-            if by_forecast:
+            if by_forecast:  # the parts are kept only where they make the demand (as _set_part keeps them)
+                values = values_of.get(workflow, NO_VALUES)
+                waiting = pending.get(workflow)
+                parts[workflow] = (weight, values, waiting)
                 summed = weight_of_values.get(id(values))
                 if summed is None:
                     weight_of_values[id(values)] = [values, weight]
@@ -999,6 +1029,21 @@ def _read_from_cache(path: Sequence[Any], matched_tokens: int | None) -> Sequenc
 def _latest_agents(t: NodeTags) -> Iterable[str]:
     """The agents of the workflow that touched `t` last."""
     return next(reversed(t.workflows.values()), ())
+
+
+def _fallen(
+    before: tuple[float, dict[str, float], str | None], after: tuple[float, dict[str, float], str | None]
+) -> set[str]:
+    """The agents whose term in a workflow's node values (weight x forecast value, and 1 for the agent it
+    has waiting) is lower `after` than `before`: a node none of whose pairs is one of them did not fall."""
+    (weight_before, values_before, waiting_before), (weight, values, waiting) = before, after
+    if values is values_before and weight >= weight_before:
+        fallen = set()
+    else:
+        fallen = {a for a, v in values_before.items() if weight * values.get(a, 0.0) < weight_before * v}
+    if waiting_before is not None and waiting_before != waiting:
+        fallen.add(waiting_before)
+    return fallen
 
 
 def _moved(old: float | None, new: float | None) -> bool:
