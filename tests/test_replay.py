@@ -419,6 +419,44 @@ def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(
     assert heap_evicted == walk_evicted
 
 
+@pytest.mark.parametrize(
+    "family, timed, policy",
+    [("group-chat", False, "pbkv"), ("phased-chat", False, "pbkv"), ("phased-chat", True, "pbkv")]
+    + [("code-retry", True, "pbkv"), ("group-chat", False, "pbkv-paper")],
+)
+def test_every_key_pbkv_keeps_is_the_key_it_would_compute_afresh(family, timed, policy, small_traces, monkeypatch):
+    """pbkv recomputes a node's key only where something it reads changed: at every eviction round, each
+    evictable leaf whose kept key counts as current has exactly the key computed afresh. (The heap test above
+    cannot see a key left stale by a missing invalidation: SGLang's rebuild reads the same kept key.)"""
+    import agentcache.engine.adapter as adapter
+    from agentcache.policy.base import TAGS_ATTR
+
+    prepared = PreparedTrace(small_traces[family])
+    capacity = int(mean_prompt(prepared) * 3)
+    compared, stale = [0], []
+    original_sync = adapter.EvictionHeap.sync
+
+    def checked_sync(self, tree):
+        policy = self.policy
+        for node in tree.evictable_device_leaves:
+            t = getattr(node, TAGS_ATTR, None)
+            if t is None or t.key is None or t.key_epoch != policy._epoch or t.key[-1] != node.last_access_time:
+                continue  # not kept as current: recomputed at its next use
+            compared[0] += 1
+            fresh = policy._priority(node, t)
+            if fresh != t.key:
+                stale.append((t.key, fresh))
+        return original_sync(self, tree)
+
+    monkeypatch.setattr(adapter.EvictionHeap, "sync", checked_sync)
+    if timed:
+        serve_trace(prepared, policy, capacity, time_scale=0.05)
+    else:
+        replay_policy(prepared, policy, capacity)
+    assert compared[0] > 0, "the capacity must make the cache evict"
+    assert not stale, f"{len(stale)} of {compared[0]} kept keys stale, e.g. kept {stale[0][0]}, afresh {stale[0][1]}"
+
+
 def _cyclic_chat(conversations: int, turns: int) -> PreparedTrace:
     """Plain chat where every conversation comes back in turn, one turn a second, each turn a workflow of its
     own that re-sends the whole conversation: more of it live than the cache holds, the pattern LRU thrashes
