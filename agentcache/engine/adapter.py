@@ -86,16 +86,11 @@ class EvictionHeap:
         """Bring the heap up to date with `tree`'s evictable leaves before an eviction round."""
         leaves = tree.evictable_device_leaves
         changed = self.policy.take_changed_keys()
-        # A rebuild when every key may have moved, after a cache reset, once dropped entries dominate, or where
-        # the tree's leaf set is not one that lists its additions (the first round, or SGLang made a new one).
-        if (
-            changed is None
-            or tree.root_node is not self._root
-            or len(self._live) > 2 * len(leaves) + 64
-            or type(leaves) is not RecordedLeaves
-        ):
-            if type(leaves) is not RecordedLeaves:
-                leaves = tree.evictable_device_leaves = RecordedLeaves(leaves)
+        if type(leaves) is not RecordedLeaves:  # the first round, or SGLang made a new set: what it added is unknown
+            leaves = tree.evictable_device_leaves = RecordedLeaves(leaves)
+            changed = None
+        # A rebuild when every key may have moved, after a cache reset, or once dropped entries dominate.
+        if changed is None or tree.root_node is not self._root or len(self._live) > 2 * len(leaves) + 64:
             leaves.added.clear()
             self._taken = []
             self._root = tree.root_node

@@ -540,6 +540,8 @@ class PBKVPolicy(CachePolicy):
         evicted ones."""
         if not nodes:
             return
+        if fallen is not None and not fallen[1]:  # no term fell: every key rose or stayed
+            rising, fallen = True, None
         cost = self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced: never rising
         rising = rising and not cost
         forget_key = self.forget_key
