@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 KEY = "agentcache"
@@ -69,15 +69,14 @@ class Tags:
     # The server made these tags for a request that came without any (no SDK): a workflow of its own,
     # which ends when the request does, the agent by the fingerprint rule below.
     implicit: bool = False
+    # Derived, and read at every step the policy takes for the request: made once.
+    key: WorkflowKey = field(init=False, repr=False, compare=False)  # the workflow as the server knows it
+    # The agent as the policy, the forecasters and the recorder know it: its name, else its fingerprint.
+    identity: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> WorkflowKey:
-        return WorkflowKey(self.tenant, self.workflow)
-
-    @property
-    def identity(self) -> str:
-        """The agent as the policy, the forecasters and the recorder know it: its name, else its fingerprint."""
-        return self.agent_name or self.agent
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", WorkflowKey(self.tenant, self.workflow))
+        object.__setattr__(self, "identity", self.agent_name or self.agent)
 
     @property
     def fixed(self) -> int:

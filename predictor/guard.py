@@ -7,13 +7,18 @@ time budget is replaced, for that decision, by the fallback (an online
 Markov-1 that learns from the same transitions). The time budget is off
 where decisions must be identical across tensor-parallel ranks: a clock is
 not the same on every rank, an exception is.
+
+Most predictors never fault, so the fallback learns only once first needed:
+until then the guard keeps the last MAX_UNTAUGHT transitions (of each, what a
+Markov-1 reads: the agent before and the next) and teaches it those, then
+every later one.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from agentcache.predictor.base import AgentCoverage, Forecast, PerForecast, Predictor
@@ -21,6 +26,8 @@ from agentcache.predictor.markov import MarkovPredictor
 
 TOLERANCE = 1e-3
 MAX_CHECKED = 1024  # forecasts remembered as checked (predictors keep theirs per context and return them again)
+ONLY_FLOATS = frozenset((float,))
+MAX_UNTAUGHT = 4096  # transitions kept for the fallback until it is first needed
 
 
 def is_forecast(rows: object, horizon: int) -> bool:
@@ -29,21 +36,31 @@ def is_forecast(rows: object, horizon: int) -> bool:
     for row in rows:
         if not isinstance(row, dict) or not row:
             return False
-        total = 0.0
-        for p in row.values():
-            if not isinstance(p, float | int) or not math.isfinite(p) or p < 0.0:
-                return False
-            total += p
-        if abs(total - 1.0) > TOLERANCE:
+        probabilities = row.values()
+        # Checked by C loops (a forecast is checked at every re-roll): a NaN or an infinity makes the sum
+        # non-finite.
+        if not ONLY_FLOATS.issuperset(map(type, probabilities)) and not all(
+            isinstance(p, float | int) for p in probabilities
+        ):
+            return False
+        total, lowest = sum(probabilities), min(probabilities)
+        if not (lowest >= 0.0 and math.isfinite(total) and abs(total - 1.0) <= TOLERANCE):
             return False
     return True
 
 
 class GuardedPredictor(Predictor):
-    def __init__(self, inner: Predictor, fallback: Predictor | None = None, budget_ms: float | None = 10.0):
+    def __init__(self, inner: Predictor, budget_ms: float | None = 10.0):
         super().__init__(inner.horizon)
         self.inner = inner
-        self.fallback = fallback if fallback is not None else MarkovPredictor(order=1, horizon=inner.horizon)
+        self._fallback = MarkovPredictor(order=1, horizon=inner.horizon)
+        # The transitions not taught to the fallback yet, as the agent before (None: the workflow's start) and
+        # the next agent, two strings per transition (no object kept per transition); None once it was needed:
+        # it learns each transition as it comes from then on.
+        self._untaught: tuple[deque[str | None], deque[str]] | None = (
+            deque(maxlen=MAX_UNTAUGHT),
+            deque(maxlen=MAX_UNTAUGHT),
+        )
         self.budget_ms = budget_ms
         self.name = getattr(inner, "name", "predictor")
         self.faults: Counter[str] = Counter()  # error, invalid, overrun
@@ -54,13 +71,14 @@ class GuardedPredictor(Predictor):
         self.coverage.count(self.inner, path[-1] if path else None)
         if self.inner.offline:  # a replay's perfect forecasts: no budget, and a fault must stop the replay
             return self.inner.predict(path, hidden)
-        started = time.perf_counter()
+        budget_ms = self.budget_ms
+        started = time.perf_counter() if budget_ms is not None else 0.0
         try:
             rows = self.inner.predict(path, hidden)
         except Exception:
             self.faults["error"] += 1
             return self.fallback.predict(path, hidden)
-        if self.budget_ms is not None and (time.perf_counter() - started) * 1000.0 > self.budget_ms:
+        if budget_ms is not None and (time.perf_counter() - started) * 1000.0 > budget_ms:
             self.faults["overrun"] += 1
             return self.fallback.predict(path, hidden)
         if self._checked.get(rows) is None:
@@ -70,8 +88,23 @@ class GuardedPredictor(Predictor):
             self._checked.put(rows, True)
         return rows
 
+    @property
+    def fallback(self) -> MarkovPredictor:
+        """The Markov-1 that stands in where the predictor faults, taught what it was not taught yet."""
+        untaught = self._untaught
+        if untaught is not None:
+            self._untaught = None
+            for before, next_agent in zip(*untaught):
+                self._fallback.observe(() if before is None else (before,), next_agent)
+        return self._fallback
+
     def observe(self, path: Sequence[str], next_agent: str) -> None:
-        self.fallback.observe(path, next_agent)
+        untaught = self._untaught
+        if untaught is None:
+            self._fallback.observe(path, next_agent)
+        else:
+            untaught[0].append(path[-1] if path else None)
+            untaught[1].append(next_agent)
         if self.inner.offline:
             self.inner.observe(path, next_agent)
             return

@@ -88,6 +88,9 @@ class MarkovPredictor(Predictor):
         self.outcomes: dict[str, None] = {END: None}
         self._agents_by_recency: OrderedDict[str, None] = OrderedDict()  # least recently observed first
         self._row_cache: dict[tuple[str, ...], dict[str, float]] = {}
+        # _backed_off's rows of every suffix, while the counts are the ones they were computed from
+        self._suffix_rows: dict[tuple[str, ...], dict[str, float]] = {}
+        self._suffixes_learned = -1
         self._successor_cache: dict[tuple[str, ...], list[tuple[str, float, tuple[str, ...] | None]]] = {}
 
     def _context(self, path: Sequence[str]) -> tuple[str, ...]:
@@ -145,15 +148,27 @@ class MarkovPredictor(Predictor):
         """P(next | context), backing off from the longest seen suffix of `context`."""
         key = tuple(context)
         cached = self._row_cache.get(key)
-        if cached is not None:
-            return cached
-        # Back-off: start from the global prior, refine with each longer context that has data.
-        dist = self._smoothed(self.counts.get((), {}), None)
-        for n in range(1, len(key) + 1):
-            counts = self.counts.get(key[len(key) - n :])
-            if counts:
-                dist = self._smoothed(counts, dist)
-        self._row_cache[key] = dist
+        if cached is None:
+            cached = self._row_cache[key] = self._backed_off(key)
+        return cached
+
+    def _backed_off(self, key: tuple[str, ...]) -> dict[str, float]:
+        """Back-off from the counts as they are now: the global prior, refined by each longer suffix of `key`
+        that has data. The rows of the suffixes are shared by the contexts computed before anything more is
+        learned (a re-roll computes many that share suffixes)."""
+        if self._suffixes_learned != self._learned:
+            self._suffix_rows.clear()
+            self._suffixes_learned = self._learned
+        dist = self._suffix_rows.get(key)
+        if dist is None:
+            if key:
+                dist = self._backed_off(key[1:])
+                counts = self.counts.get(key)
+                if counts:
+                    dist = self._smoothed(counts, dist)
+            else:
+                dist = self._smoothed(self.counts.get((), {}), None)
+            self._suffix_rows[key] = dist
         return dist
 
     def _successors(self, context: tuple[str, ...]) -> list[tuple[str, float, tuple[str, ...] | None]]:

@@ -89,3 +89,35 @@ def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always(monkeypa
     assert len(checked) == 1
     inner.rows = [{"a": math.nan, END: 1.0}, {END: 1.0}]  # a new object: checked, and caught
     assert guard.predict(["x"]) == guard.fallback.predict(["x"]) and guard.faults["invalid"] == 1
+
+
+def test_the_fallback_forecasts_from_every_transition_including_those_before_the_first_fault():
+    """The fallback is taught only when first needed: it must then know what came before, and learn on after."""
+
+    class BreaksLater(Predictor):
+        def __init__(self):
+            super().__init__(horizon=2)
+            self.broken = False
+
+        def predict(self, path, hidden=None):
+            if self.broken:
+                raise RuntimeError("model crashed")
+            return [{"a": 0.5, END: 0.5}, {END: 1.0}]
+
+    inner = BreaksLater()
+    guard = GuardedPredictor(inner, budget_ms=None)
+    taught = MarkovPredictor(order=1, horizon=2)  # what the fallback would know had it learned all along
+    runs = [["x", "y"], ["x", "y", "z"], ["w"]] * 5
+    for i, run in enumerate(runs):
+        for before, agent in zip([[]] + [run[:k] for k in range(1, len(run))], run):
+            guard.observe(before, agent)
+            taught.observe(before, agent)
+        guard.observe(run, END)
+        taught.observe(run, END)
+        if i == 7:  # the predictor breaks halfway: later transitions are taught as they come
+            inner.broken = True
+            assert guard.predict(["x"]) == taught.predict(["x"])
+    assert guard.faults["error"] == 1
+    for path in ([], ["x"], ["y"], ["z"], ["w"]):
+        assert guard.predict(path) == taught.predict(path)
+    assert guard.predict(["x"])[0]["y"] > 0.5

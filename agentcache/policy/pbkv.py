@@ -77,6 +77,7 @@ from agentcache.policy.base import (
     FRESH,
     MAX_TRACKED_AGENTS,
     OUTPUT,
+    RISEN,
     TAGS_ATTR,
     CacheNode,
     CachePolicy,
@@ -557,8 +558,11 @@ class PBKVPolicy(CachePolicy):
                     agents = t.workflows.get(fallen[0])
                     up = agents is None or fallen[1].isdisjoint(agents)
                 # A key grows with its forecast value; one valued by its read rate alone (value 0) reads a
-                # rate that falls with time.
-                forget_key(t, up and t.key is not None and t.key[1] > 0.0)
+                # rate that falls with time. (forget_key's rising case, inline: most of these rose.)
+                if up and t.key is not None and t.key[1] > 0.0:
+                    t.key_epoch = RISEN
+                else:
+                    forget_key(t)
         if gone is not None:
             for key in gone:
                 del nodes[key]
