@@ -43,7 +43,10 @@ def is_forecast(rows: object, horizon: int) -> bool:
             isinstance(p, float | int) for p in probabilities
         ):
             return False
-        total, lowest = sum(probabilities), min(probabilities)
+        try:
+            total, lowest = sum(probabilities), min(probabilities)
+        except (ArithmeticError, ValueError):  # an int too large for a float beside a float, say
+            return False
         if not (lowest >= 0.0 and math.isfinite(total) and abs(total - 1.0) <= TOLERANCE):
             return False
     return True
@@ -53,10 +56,10 @@ class GuardedPredictor(Predictor):
     def __init__(self, inner: Predictor, budget_ms: float | None = 10.0):
         super().__init__(inner.horizon)
         self.inner = inner
-        self._fallback = MarkovPredictor(order=1, horizon=inner.horizon)
-        # The transitions not taught to the fallback yet, as the agent before (None: the workflow's start) and
-        # the next agent, two strings per transition (no object kept per transition); None once it was needed:
-        # it learns each transition as it comes from then on.
+        self.fallback = MarkovPredictor(order=1, horizon=inner.horizon)
+        # The transitions not taught to the fallback yet, as what its order 1 reads of each: the agent before
+        # (None: the workflow's start) and the next agent, two strings per transition (no object kept per
+        # transition). None once it was needed: it learns each transition as it comes from then on.
         self._untaught: tuple[deque[str | None], deque[str]] | None = (
             deque(maxlen=MAX_UNTAUGHT),
             deque(maxlen=MAX_UNTAUGHT),
@@ -77,31 +80,30 @@ class GuardedPredictor(Predictor):
             rows = self.inner.predict(path, hidden)
         except Exception:
             self.faults["error"] += 1
-            return self.fallback.predict(path, hidden)
+            return self._taught_fallback().predict(path, hidden)
         if budget_ms is not None and (time.perf_counter() - started) * 1000.0 > budget_ms:
             self.faults["overrun"] += 1
-            return self.fallback.predict(path, hidden)
+            return self._taught_fallback().predict(path, hidden)
         if self._checked.get(rows) is None:
             if not is_forecast(rows, self.horizon):
                 self.faults["invalid"] += 1
-                return self.fallback.predict(path, hidden)
+                return self._taught_fallback().predict(path, hidden)
             self._checked.put(rows, True)
         return rows
 
-    @property
-    def fallback(self) -> MarkovPredictor:
-        """The Markov-1 that stands in where the predictor faults, taught what it was not taught yet."""
+    def _taught_fallback(self) -> MarkovPredictor:
+        """The fallback, at a fault: taught first what it was not taught yet."""
         untaught = self._untaught
         if untaught is not None:
             self._untaught = None
             for before, next_agent in zip(*untaught):
-                self._fallback.observe(() if before is None else (before,), next_agent)
-        return self._fallback
+                self.fallback.observe(() if before is None else (before,), next_agent)
+        return self.fallback
 
     def observe(self, path: Sequence[str], next_agent: str) -> None:
         untaught = self._untaught
         if untaught is None:
-            self._fallback.observe(path, next_agent)
+            self.fallback.observe(path, next_agent)
         else:
             untaught[0].append(path[-1] if path else None)
             untaught[1].append(next_agent)

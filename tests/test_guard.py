@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+import agentcache.predictor.guard as guard_module
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.predictor import END, MarkovPredictor, Predictor
 from agentcache.predictor.guard import GuardedPredictor, is_forecast
@@ -68,8 +69,6 @@ def test_pbkv_keeps_ranking_with_a_broken_predictor():
 
 
 def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always(monkeypatch):
-    import agentcache.predictor.guard as guard_module
-
     class Kept(Predictor):  # keeps its forecast per context, as the online Markov does
         def __init__(self):
             super().__init__(horizon=2)
@@ -91,29 +90,32 @@ def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always(monkeypa
     assert guard.predict(["x"]) == guard.fallback.predict(["x"]) and guard.faults["invalid"] == 1
 
 
-def test_the_fallback_forecasts_from_every_transition_including_those_before_the_first_fault():
+class BreaksLater(Predictor):
+    def __init__(self):
+        super().__init__(horizon=2)
+        self.broken = False
+
+    def predict(self, path, hidden=None):
+        if self.broken:
+            raise RuntimeError("model crashed")
+        return [{"a": 0.5, END: 0.5}, {END: 1.0}]
+
+
+def _teach(predictors, run):
+    for predictor in predictors:
+        for before, agent in zip([run[:k] for k in range(len(run))], run):
+            predictor.observe(before, agent)
+        predictor.observe(run, END)
+
+
+def test_the_fallback_forecasts_from_the_transitions_before_the_first_fault_and_every_one_after():
     """The fallback is taught only when first needed: it must then know what came before, and learn on after."""
-
-    class BreaksLater(Predictor):
-        def __init__(self):
-            super().__init__(horizon=2)
-            self.broken = False
-
-        def predict(self, path, hidden=None):
-            if self.broken:
-                raise RuntimeError("model crashed")
-            return [{"a": 0.5, END: 0.5}, {END: 1.0}]
-
     inner = BreaksLater()
     guard = GuardedPredictor(inner, budget_ms=None)
     taught = MarkovPredictor(order=1, horizon=2)  # what the fallback would know had it learned all along
     runs = [["x", "y"], ["x", "y", "z"], ["w"]] * 5
     for i, run in enumerate(runs):
-        for before, agent in zip([[]] + [run[:k] for k in range(1, len(run))], run):
-            guard.observe(before, agent)
-            taught.observe(before, agent)
-        guard.observe(run, END)
-        taught.observe(run, END)
+        _teach((guard, taught), run)
         if i == 7:  # the predictor breaks halfway: later transitions are taught as they come
             inner.broken = True
             assert guard.predict(["x"]) == taught.predict(["x"])
@@ -121,3 +123,24 @@ def test_the_fallback_forecasts_from_every_transition_including_those_before_the
     for path in ([], ["x"], ["y"], ["z"], ["w"]):
         assert guard.predict(path) == taught.predict(path)
     assert guard.predict(["x"])[0]["y"] > 0.5
+
+
+def test_until_the_first_fault_the_guard_keeps_only_the_most_recent_transitions(monkeypatch):
+    monkeypatch.setattr(guard_module, "MAX_UNTAUGHT", 4)
+    inner = BreaksLater()
+    guard = GuardedPredictor(inner, budget_ms=None)
+    _teach([guard], ["x", "y", "y", "y"])  # 5 transitions: the first one, START -> x, is dropped
+    recent = MarkovPredictor(order=1, horizon=2)
+    for before, agent in ((["x"], "y"), (["x", "y"], "y"), (["x", "y", "y"], "y"), (["x", "y", "y", "y"], END)):
+        recent.observe(before, agent)
+    inner.broken = True
+    assert guard.predict([]) == recent.predict([]) and guard.predict(["y"]) == recent.predict(["y"])
+
+
+@pytest.mark.parametrize("bad", [math.nan, -0.5, math.inf])
+def test_a_row_that_cannot_be_summed_is_no_forecast_and_no_error(bad):
+    """A predictor's output never raises out of the guard: an int too large for a float beside a bad value."""
+    assert not is_forecast([{"a": bad, "b": 10**400}], 1)
+    guard = GuardedPredictor(Faulty("ok"), budget_ms=None)
+    guard.inner.predict = lambda path, hidden=None: [{"a": bad, "b": 10**400}, {END: 1.0}]
+    assert is_forecast(guard.predict(["x"]), 2) and guard.faults["invalid"] == 1

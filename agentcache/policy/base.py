@@ -271,13 +271,11 @@ class CachePolicy(ABC):
 
     # -- ranking
 
-    def forget_key(self, t: NodeTags, rising: bool = False) -> None:
-        """What the key of `t`'s node depends on changed: recompute it at its next use. A key that can only
-        have grown (`rising`) is not reported: the engine's heap finds out when the node reaches its top."""
+    def forget_key(self, t: NodeTags) -> None:
+        """What the key of `t`'s node depends on changed: recompute it at its next use, and report it to the
+        engine's heap. (A policy marks a key that can only have grown RISEN instead, unreported: the heap
+        finds out when the node reaches its top.)"""
         if t.key_epoch == FORGOTTEN:  # already reported since its key was last computed
-            return
-        if rising:
-            t.key_epoch = RISEN
             return
         t.key_epoch = FORGOTTEN
         if self.keeps_keys and not self._all_keys_changed:

@@ -558,7 +558,8 @@ class PBKVPolicy(CachePolicy):
                     agents = t.workflows.get(fallen[0])
                     up = agents is None or fallen[1].isdisjoint(agents)
                 # A key grows with its forecast value; one valued by its read rate alone (value 0) reads a
-                # rate that falls with time. (forget_key's rising case, inline: most of these rose.)
+                # rate that falls with time. One that can only have grown is not reported (RISEN): the heap
+                # re-keys it when it reaches its top.
                 if up and t.key is not None and t.key[1] > 0.0:
                     t.key_epoch = RISEN
                 else:
