@@ -54,11 +54,14 @@ def generated(family: str, seed: int = GENERATED.seed) -> SuiteTrace:
     return SuiteTrace(family, trace, tuple(int(m * f) for f in CAPACITY_FACTORS), family in DYNAMIC_FAMILIES, False)
 
 
-def suite(only: list[str] | None = None) -> Iterator[SuiteTrace]:
+def suite(only: list[str] | None = None, seed: int | None = None) -> Iterator[SuiteTrace]:
+    """The suite's traces; with `seed`, the generated families at that seed alone (a recorded trace has none)."""
     for family in FAMILIES:
         if only and family not in only:
             continue
-        yield generated(family)
+        yield generated(family) if seed is None else generated(family, seed)
+    if seed is not None:
+        return
     for name, capacities in REAL_CAPACITIES.items():
         if only and name not in only:
             continue
