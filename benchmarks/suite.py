@@ -59,7 +59,7 @@ def suite(only: list[str] | None = None, seed: int | None = None) -> Iterator[Su
     for family in FAMILIES:
         if only and family not in only:
             continue
-        yield generated(family) if seed is None else generated(family, seed)
+        yield generated(family, GENERATED.seed if seed is None else seed)
     if seed is not None:
         return
     for name, capacities in REAL_CAPACITIES.items():
