@@ -29,7 +29,9 @@ that model on that GPU (docs/serving-model.md lists them with their sources):
 - DECODE: a generated token's share of GPU time in a batch of 32 concurrent
   requests, (STEP + 32 SEQ) / 32 = 2.2e-4 s.
 - RELOAD: 131 kB of KV per token over PCIe at an effective 25 GB/s = 5.2e-6 s
-  (PBKV's testbed had 20 GB/s). Not measured: derived.
+  (PBKV's testbed had 20 GB/s). Derived, and conservative: one bulk copy from pinned
+  memory on an H200 moved 55 GB/s, 2.4e-6 s a token (docs/gpu-anchor.md), where HiCache
+  moves pages.
 
 So reloading a token costs about a fifth of recomputing it, and a long
 context makes recompute dearer still. The ratios, not the absolute seconds,

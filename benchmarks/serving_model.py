@@ -5,12 +5,15 @@
 The timed replay (agentcache/replay/serving.py) turns the cost model
 (agentcache/cost.py: an 8B model, bf16, on one H100 SXM) into step times, time
 to first token and throughput. This sets the model's figures beside published
-measurements of Llama-3(.1)-8B on one H100 for the same settings, so a reader
-can see where the model is close and where it is not. Writes docs/serving-model.md.
+measurements of Llama-3(.1)-8B on one H100 for the same settings, and beside our
+own timing of that model's shape on an H200 (docs/gpu-anchor.json, written by
+benchmarks/gpu_anchor.py on a GPU machine), so a reader can see where the model is
+close and where it is not. Writes docs/serving-model.md.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 
 from suite import DOCS
@@ -49,8 +52,12 @@ def burst_trace(requests: int, prompt: int, output: int) -> Trace:
 
 def main() -> None:
     cost = DEFAULT_COST
+    gpu = json.loads((DOCS / "gpu-anchor.json").read_text())
+    ours_fresh = {f["tokens"]: f["median_s"] for f in gpu["results"]["fresh"]}
+    ours_step = {(d["running"], d["context"]): d["median_s"] for d in gpu["results"]["decode"]}
+    ours_batched = gpu["results"]["batched"]
     lines = [
-        "# The serving model beside published measurements",
+        "# The serving model beside published measurements and a GPU",
         "",
         "Command: `python benchmarks/serving_model.py`. The timed replay (`agentcache/replay/serving.py`) runs",
         "SGLang's real radix cache under a model of its scheduler: requests queue, prefill batches of at most",
@@ -58,29 +65,35 @@ def main() -> None:
         "prefill batch when one can be formed and otherwise a decode step of every running request, and a",
         "request's prefix is held from admission to its end. Step times come from the cost model",
         "(`agentcache/cost.py`, an 8B model in bf16 on one H100 SXM), whose constants are fitted to the",
-        "published measurements below. They are sources' figures, not measurements of ours (no GPU here).",
+        "published measurements below (sources' figures). Beside them, `ours`: the same model's shape in bf16",
+        f"timed on one {gpu['device']} with PyTorch alone ({gpu['date']}; `benchmarks/gpu_anchor.py`, details and what",
+        "it leaves out in [gpu-anchor.md](gpu-anchor.md)): the arithmetic, not SGLang's kernels or scheduler.",
         "",
         "## Prefill",
         "",
-        "| prompt tokens (one request, nothing cached) | published TTFT (s) | model (s) | source |",
-        "|---:|---:|---:|---|",
+        "| prompt tokens (one request, nothing cached) | published TTFT (s) | ours (s) | model (s) | source |",
+        "|---:|---:|---:|---:|---|",
     ]
     for tokens, published, source in PREFILL_ANCHORS:
-        lines.append(f"| {tokens:,} | {published:.3f} | {cost.prefill_s(tokens, 0):.3f} | {source} |")
+        ours = ours_fresh[tokens]
+        lines.append(f"| {tokens:,} | {published:.3f} | {ours:.3f} | {cost.prefill_s(tokens, 0):.3f} | {source} |")
     tok_s, source = BATCHED_PREFILL_TOK_S
     modelled = 512 / cost.prefill_s(512, 0)
+    ours_tok_s = ours_batched["prompts"] * ours_batched["tokens_each"] / ours_batched["median_s"]
     lines += [
         "",
-        f"Batched prefill of 512-token prompts: published {tok_s:,} tokens/s, model {modelled:,.0f} tokens/s ({source}).",
+        f"Batched prefill of 512-token prompts: published {tok_s:,} tokens/s, ours {ours_tok_s:,.0f} tokens/s"
+        f" ({ours_batched['prompts']} at once), model {modelled:,.0f} tokens/s ({source}).",
         "",
         "## Decode steps",
         "",
-        "| running requests | context tokens each | published step (ms) | model (ms) | source |",
-        "|---:|---:|---:|---:|---|",
+        "| running requests | context tokens each | published step (ms) | ours (ms) | model (ms) | source |",
+        "|---:|---:|---:|---:|---:|---|",
     ]
     for batch, context, published, source in DECODE_ANCHORS:
         step = cost.decode_step_s(batch, batch * context) * 1e3
-        lines.append(f"| {batch} | {context:,} | {published:.2f} | {step:.2f} | {source} |")
+        ours = ours_step[(batch, context)] * 1e3
+        lines.append(f"| {batch} | {context:,} | {published:.2f} | {ours:.2f} | {step:.2f} | {source} |")
     requests, prompt, output, published_rps, published_ttft, source = BURST
     result = serve_trace(PreparedTrace(burst_trace(requests, prompt, output)), "lru", 10_000_000, max_running=256)
     served = [s for s in result.served if s.admitted]
@@ -103,6 +116,8 @@ def main() -> None:
         "chunked prefill interleaved with decode (SGLang's mixed batches), speculative decoding, and",
         "variation of prompt and output lengths within a run. Comparisons between cache policies and",
         "routings rest on the same model for every one of them; the absolute seconds are the model's.",
+        "An H200 reads memory faster than an H100 (4.8 against 3.35 TB/s) at the same bf16 compute, so",
+        "our decode steps are shorter than the H100's published ones while our prefill is close to them.",
         "",
     ]
     (DOCS / "serving-model.md").write_text("\n".join(lines))
