@@ -118,6 +118,8 @@ def main() -> None:
         "routings rest on the same model for every one of them; the absolute seconds are the model's.",
         "An H200 reads memory faster than an H100 (4.8 against 3.35 TB/s) at the same bf16 compute, so",
         "our decode steps are shorter than the H100's published ones while our prefill is close to them.",
+        "How the timed replay orders the policies beside the live server on CPU (the live benchmark's own",
+        "workloads): [live-vs-replay.md](live-vs-replay.md).",
         "",
     ]
     (DOCS / "serving-model.md").write_text("\n".join(lines))
