@@ -7,7 +7,8 @@ The timed replay (agentcache/replay/serving.py: SGLang 0.5.23's real radix cache
 its scheduler, step times from the cost model of an 8B model on one H100, which docs/gpu-anchor.md
 checks against an H200) serves each suite trace on one worker at the suite's three capacities.
 Per trace, arrivals are compressed (`time scale`) until LRU keeps the worker about 90% busy at the
-middle capacity; every policy then serves the trace at that pace and at 0.9x and 1.1x of it. Writes docs/serving-time.{md,json}.
+middle capacity; every policy then serves the trace at that pace and at 0.9x and 1.1x of it.
+Writes docs/serving-time.{md,json}.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import platform
 import statistics
 import time
 
-from cluster import calibrate
+from cluster import CALIBRATION_STEPS, calibrate
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from suite import DOCS, suite
@@ -28,7 +29,6 @@ from agentcache.replay.serving import serve_trace
 
 BUILT_INS = ("lfu", "slru")  # what a user gets from SGLang with one flag (--radix-eviction-policy)
 POLICIES = ("lru", *BUILT_INS, "pbkv", "belady")
-CALIBRATION_STEPS = 4  # cluster.calibrate's
 # The replay is deterministic, but one eviction can move a run's hit rate by a point: each point is served
 # at three paces around the calibrated one, and the page gives medians and the spread.
 PACES = (0.9, 1.0, 1.1)
@@ -104,8 +104,8 @@ def markdown(rows: list[dict], seconds: float) -> str:
         ratios.append(paired)
         p90 = {p: _median(runs[p], "ttft_p90_s") for p in ("pbkv", "lru", built_in)}
         below += p90["pbkv"] <= min(p90["lru"], p90[built_in])
-        hit = {p: _median(runs[p], "hit_rate") for p in ("pbkv", "lru", built_in)}
-        behind = [p for p in ("lru", built_in) if hit[p] > hit["pbkv"]]
+        hit = {p: _median(runs[p], "hit_rate") for p in ("pbkv", "lru", *BUILT_INS)}
+        behind = [p for p in ("lru", *BUILT_INS) if hit[p] > hit["pbkv"]]
         if behind:
             fewer_hits.append(
                 f"{row['trace']} at {row['capacity']:,}: pbkv {hit['pbkv']:.1%}, "
@@ -113,11 +113,11 @@ def markdown(rows: list[dict], seconds: float) -> str:
             )
     medians = [statistics.median(r) for r in ratios]
     online = ("lru", *BUILT_INS, "pbkv")
-    queued, kept_up, spread, smallest = [], [], 0.0, 0
+    queued, kept_up, spread, smallest = 0, [], 0.0, 0
     for row, ratio in zip(rows, medians):
         p90 = [_median(row["runs"][p], "ttft_p90_s") for p in online]
         if _median(row["runs"]["lru"], "ttft_p90_s") >= 1.0:
-            queued.append(row)
+            queued += 1
             smallest += row["capacity"] == min(r["capacity"] for r in rows if r["trace"] == row["trace"])
             spread = max(spread, max(p90) / min(p90) - 1.0)
         else:
@@ -157,16 +157,16 @@ def markdown(rows: list[dict], seconds: float) -> str:
         )
     lines += [
         "",
-        f"Where a queue builds (LRU's median p90 of a second or more: {len(queued)} points, {smallest} of them at a",
+        f"Where a queue builds (LRU's median p90 of a second or more: {queued} points, {smallest} of them at a",
         "trace's smallest capacity, where the KV pool holds few requests at once, running ones included, and",
         f"decode runs out of room), the four online policies' median p90 TTFTs lie within {spread:.0%} of each",
         "other. Where the",
-        f"worker keeps up ({len(rows) - len(queued)} points), TTFT is prefill time and follows the prompt tokens",
+        f"worker keeps up ({len(rows) - queued} points), TTFT is prefill time and follows the prompt tokens",
         f"computed: there pbkv's p90 is {statistics.median(kept_up):.2f}x the better built-in's (median;",
         f"{min(kept_up):.2f}x to {max(kept_up):.2f}x). The JSON beside this page has every run's latency, throughput,",
         "utilization and queue wait.",
         "",
-        "Points where pbkv's median hit rate is below LRU's or the better built-in's in this timed replay "
+        "Points where pbkv's median hit rate is below LRU's, lfu's or slru's in this timed replay "
         + (f"({len(fewer_hits)}):" if fewer_hits else "(none)."),
         "",
         *(f"- {line}" for line in fewer_hits),
