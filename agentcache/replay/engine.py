@@ -233,7 +233,7 @@ class SGLangAloneCache:
         prompt so a node boundary falls at its end), release. The prompt tokens found cached; None when it
         cannot fit."""
         cache = self.cache
-        tokens = array("q", enc.tokens)
+        tokens = enc.tokens
         prompt_len = enc.prompt_len
         match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens[:prompt_len], limit=prompt_len - 1)))
         hit, anchor = match.device_prefix_len, match.last_device_node
@@ -287,7 +287,7 @@ class ReplayCache:
         could; counted).
         """
         cache = self.cache
-        tokens = array("q", enc.tokens)
+        tokens = enc.tokens
         kv_len = len(tokens) - 1  # the last generated token is never fed back, so it has no KV
         hit, loaded, anchor = self._match(tokens, enc.prompt_len)
         cached = hit + loaded
@@ -312,7 +312,7 @@ class ReplayCache:
         # SGLang matches a waiting request at every scheduling round; the match splits the node it ends in, so
         # only the matched tokens are pinned.
         match = self.cache.match_prefix(
-            MatchPrefixParams(key=RadixKey(array("q", enc.tokens[: enc.prompt_len]), limit=enc.prompt_len - 1))
+            MatchPrefixParams(key=RadixKey(enc.tokens[: enc.prompt_len], limit=enc.prompt_len - 1))
         )
         pin = self.cache.lock(match.last_device_node)
         try:
@@ -441,7 +441,7 @@ class ReplayCache:
 
     def remember_fixed_prompt(self, agent: str, enc: EncodedRequest) -> None:
         if enc.fixed_len > 1:
-            self._fixed_tokens[agent] = array("q", enc.tokens[: enc.fixed_len])
+            self._fixed_tokens[agent] = enc.tokens[: enc.fixed_len]
 
     def retired_tokens(self) -> int:
         """Device tokens held only by ended workflows (what a conservative prefetch may displace)."""

@@ -12,6 +12,7 @@ offline reference needs to find a node's next use.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -23,7 +24,7 @@ MAX_SEGMENT_TOKENS = 1 << OFFSET_BITS
 
 
 class EncodedRequest(NamedTuple):
-    tokens: list[int]  # prompt then output
+    tokens: array  # prompt then output, as SGLang's requests hold them ("q": int64)
     prompt_len: int
     fixed_len: int
     prompt_chains: tuple[int, ...]  # chain ids of the prompt's segments
@@ -41,7 +42,7 @@ class TokenCodec:
         return chain
 
     def encode(self, request: Request, index: int) -> EncodedRequest:
-        tokens: list[int] = []
+        tokens = array("q")
         chains: list[int] = []
         parent = 0
         fixed_len = 0
