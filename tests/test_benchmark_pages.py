@@ -1,0 +1,41 @@
+"""Benchmark pages are their figures: each committed page is what its script writes from the JSON beside it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def test_serving_time_page_is_its_figures():
+    import serving_time
+
+    figures = json.loads((DOCS / "serving-time.json").read_text())
+    page = serving_time.markdown(figures["rows"], figures["seconds"])
+    assert page == (DOCS / "serving-time.md").read_text()
+    # Every point has every policy at every pace.
+    for row in figures["rows"]:
+        assert set(row["runs"]) == set(serving_time.POLICIES)
+        assert all(len(runs) == len(serving_time.PACES) for runs in row["runs"].values())
+
+
+def test_live_vs_replay_page_is_its_figures():
+    import live_vs_replay
+
+    rows = json.loads((DOCS / "live-vs-replay.json").read_text())
+    assert [row["page"] for row in rows] == [page.name for page in live_vs_replay.PAGES]
+    assert live_vs_replay.markdown(rows) == (DOCS / "live-vs-replay.md").read_text()
+
+
+def test_live_ordered_pairs_leave_overlapping_repetitions_unordered():
+    from live_vs_replay import agreeing, live_ordered_pairs
+
+    live = {"a": [0.50, 0.52], "b": [0.51, 0.53], "c": [0.60, 0.61]}
+    pairs = live_ordered_pairs(live)
+    assert sorted(pairs) == [("a", "c"), ("b", "c")]  # a and b overlap: the live runs do not order them
+    assert agreeing(pairs, {"a": 0.4, "b": 0.3, "c": 0.5}) == 2
+    assert agreeing(pairs, {"a": 0.6, "b": 0.3, "c": 0.5}) == 1
