@@ -50,6 +50,7 @@ ENGINE_CPU_THREADS = 1
 CAPACITY_FACTOR = 10  # default KV capacity: this many mean prompts (with requests in flight holding theirs, tight)
 TOKEN_SCALE = 0.35  # default scale of segment sizes: CPU prefill is slow
 MAX_NEW_TOKENS = 4  # default cap on tokens generated per request
+TIME_SCALE = 0.1  # default scale of the trace's send times
 
 
 class BenchError(RuntimeError):

@@ -515,7 +515,7 @@ BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "group-chat", 16, 7
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from agentcache.bench import CAPACITY_FACTOR, DEFAULT_POLICIES, MAX_NEW_TOKENS, TOKEN_SCALE
+    from agentcache.bench import CAPACITY_FACTOR, DEFAULT_POLICIES, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE
     from agentcache.server_ext.model import SIZES
 
     p = sub.add_parser(
@@ -554,7 +554,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         default=TOKEN_SCALE,
         help="scale segment sizes; CPU prefill is slow (default %(default)s)",
     )
-    p.add_argument("--time-scale", type=float, default=0.1, help="scale the trace's send times (default %(default)s)")
+    p.add_argument(
+        "--time-scale", type=float, default=TIME_SCALE, help="scale the trace's send times (default %(default)s)"
+    )
     p.add_argument(
         "--max-new-tokens",
         type=int,

@@ -88,6 +88,10 @@ GPU_PLAN = Plan(
     copy_tokens=8_192,
     reps=5,
 )
+LONG_PROMPT = 50_000  # prompts this long and longer are timed LONG_PROMPT_REPS times (seconds each)
+LONG_PROMPT_REPS = 2
+DECODE_REPS = 20  # a captured decode step takes milliseconds: more repetitions
+
 TOY_PLAN = Plan(
     fresh=(10, 40),
     hits=((20, 4), (40, 8)),
@@ -198,12 +202,17 @@ def _prompt(model: Llama, batch: int, n: int) -> torch.Tensor:
 
 def _single_prompts(model: Llama, plan: Plan, progress: Callable[[str], None]) -> tuple[list, list]:
     """Fresh prefill of one prompt at each size, and each hit's extend beside its whole prompt fresh."""
-    cache = model.new_cache(1, max([*plan.fresh, *(cached + new for cached, new in plan.hits)]))
-    prompts = {n: _prompt(model, 1, n) for n in {*plan.fresh, *(c + n for c, n in plan.hits)}}
+    sizes = {*plan.fresh, *(cached + new for cached, new in plan.hits)}
+    cache = model.new_cache(1, max(sizes))
+    prompts = {n: _prompt(model, 1, n) for n in sizes}
     fresh = {}
     for n in sorted(prompts):
         progress(f"fresh prefill, {n:,} tokens")
-        fresh[n] = _timed(lambda n=n: model.forward(prompts[n], cache, 0), model.device, plan.reps if n < 50_000 else 2)
+        fresh[n] = _timed(
+            lambda n=n: model.forward(prompts[n], cache, 0),
+            model.device,
+            plan.reps if n < LONG_PROMPT else LONG_PROMPT_REPS,
+        )
     hits = []
     for cached, new in plan.hits:
         progress(f"{new:,} new tokens on {cached:,} cached")
@@ -256,7 +265,7 @@ def _decode_step(model: Llama, running: int, context: int, reps: int) -> dict:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return _timed(graph.replay, model.device, 20)
+    return _timed(graph.replay, model.device, DECODE_REPS)
 
 
 def measure(model: Llama, plan: Plan, progress: Callable[[str], None]) -> dict:
@@ -311,8 +320,9 @@ def render(figures: dict) -> str:
         f"{figures['date']}; one run). Llama-3-8B's shape in bf16 with random weights, timed with PyTorch alone",
         "(SDPA attention, a contiguous KV cache, decode steps replayed as CUDA graphs): the arithmetic",
         "SGLang runs, not SGLang's kernels or scheduler (its GPU build could not be installed there). Times are",
-        f"medians [min-max] of {figures['plan']['reps']} repetitions after a warm-up (2 for prompts of 50,000",
-        "tokens and more; 20 for decode steps). `model` is `agentcache/cost.py`, fitted to published",
+        f"medians [min-max] of {figures['plan']['reps']} repetitions after a warm-up ({LONG_PROMPT_REPS} for prompts of"
+        f" {LONG_PROMPT:,}",
+        f"tokens and more; {DECODE_REPS} for decode steps). `model` is `agentcache/cost.py`, fitted to published",
         "figures for an H100 SXM (docs/serving-model.md). Self-check: the last logits of a prompt",
         f"prefilled fresh and in three parts over the cache differ by {figures['self_check']:.1e} (relative).",
         "",

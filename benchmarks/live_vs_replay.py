@@ -18,15 +18,13 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from suite import DOCS
+from suite import DOCS, mean_prompt
 
-from agentcache.bench import CAPACITY_FACTOR, MAX_NEW_TOKENS, TOKEN_SCALE, as_served
+from agentcache.bench import CAPACITY_FACTOR, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE, as_served
 from agentcache.cli import BENCH_FAMILY, BENCH_SEED, BENCH_WORKFLOWS
 from agentcache.replay.runner import PreparedTrace, replay
 from agentcache.replay.serving import serve_trace
 from agentcache.workloads import GenConfig, generate
-
-BENCH_TIME_SCALE = 0.1  # `agentcache bench`'s default --time-scale, which every live page ran with
 
 
 @dataclass(frozen=True)
@@ -76,14 +74,13 @@ def compare(page: LivePage) -> dict:
     trace = as_served(
         generate(page.family, GenConfig(workflows=page.workflows, seed=BENCH_SEED)), page.token_scale, MAX_NEW_TOKENS
     )
-    requests = trace.requests
-    capacity = page.capacity or int(CAPACITY_FACTOR * sum(r.prompt_tokens for r in requests) / len(requests))
+    capacity = page.capacity or int(CAPACITY_FACTOR * mean_prompt(trace))
     prepared = PreparedTrace(trace)
     untimed = {r.policy: r.hit_rate for r in replay(trace, policies, [capacity])}
-    timed = {p: serve_trace(prepared, p, capacity, time_scale=BENCH_TIME_SCALE).summary() for p in policies}
+    timed = {p: serve_trace(prepared, p, capacity, time_scale=TIME_SCALE).summary() for p in policies}
     return {
         "page": page.name,
-        "requests": len(requests),
+        "requests": len(trace.requests),
         "capacity": capacity,
         "live_hit": {p: [r["hit_rate"] for r in live[p]["repetitions"]] for p in policies},
         "live_ttft": {p: [r["ttft_s"] for r in live[p]["repetitions"]] for p in policies},
