@@ -24,7 +24,7 @@ import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from suite import DOCS, suite
+from suite import DOCS, mean_prompt, suite
 
 from agentcache.replay.cluster import ROUTINGS, replay_cluster
 from agentcache.replay.runner import PreparedTrace
@@ -87,8 +87,7 @@ def run(policy: str, only: list[str] | None, seed: int | None = None) -> list[di
         trace = st.trace
         workflows = len({r.workflow for r in trace.requests})
         copies = -(-MIN_WORKFLOWS // workflows) if st.real else 1
-        requests = trace.requests
-        capacity = int(CAPACITY_PER_WORKER * sum(r.prompt_tokens for r in requests) / len(requests))
+        capacity = int(CAPACITY_PER_WORKER * mean_prompt(trace))
         traces.append((st.name, tiled(trace, copies), capacity, copies))
     rows = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
