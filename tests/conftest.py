@@ -25,19 +25,12 @@ def small_traces():
 API_KEY = "test-key"
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """The real SGLang server with the plugin (CPU mode, tiny model, pbkv), once per test run."""
     import httpx
 
+    from agentcache.server_ext.cluster import free_port
     from agentcache.server_ext.launcher import ServeOptions, Server
 
     capacity = 4000

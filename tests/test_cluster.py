@@ -379,6 +379,17 @@ def test_a_cluster_stops_its_router_and_workers_at_once_within_one_grace_period(
     assert all(p.poll() is not None for p in processes) and c.router is None
 
 
+def test_a_free_port_is_below_the_kernels_ephemeral_range():
+    """A port from the ephemeral range can go to an outgoing connection before the server binds it: one CI run
+    lost a test to "address already in use" on a port bind(0) had handed out."""
+    from pathlib import Path
+
+    from agentcache.server_ext.cluster import free_port
+
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(free_port() < ephemeral_low for _ in range(50))
+
+
 def test_a_port_a_server_just_left_is_free_and_one_a_server_listens_on_is_not():
     import socket
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import free_port
 
+from agentcache.server_ext.cluster import free_port
 from agentcache.trace import read_trace
 
 pytestmark = pytest.mark.server

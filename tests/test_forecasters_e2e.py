@@ -20,8 +20,9 @@ APP_GRAPH = {"planner": ["coder"], "coder": ["tester"], "tester": ["analyzer"], 
 
 
 def start(tmp_path, name: str, **options):
-    from conftest import API_KEY, free_port
+    from conftest import API_KEY
 
+    from agentcache.server_ext.cluster import free_port
     from agentcache.server_ext.launcher import ServeOptions, Server
 
     opts = ServeOptions(

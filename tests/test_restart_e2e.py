@@ -12,8 +12,7 @@ pytestmark = pytest.mark.server
 
 
 def test_a_workflow_outlives_a_server_restart(tmp_path):
-    from conftest import free_port
-
+    from agentcache.server_ext.cluster import free_port
     from agentcache.server_ext.launcher import ServeOptions, Server
 
     opts = ServeOptions(

@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import openai
 import pytest
-from conftest import free_port
 
 import agentcache_sdk as ac
+from agentcache.server_ext.cluster import free_port
 from agentcache.tags import agent_of
 from agentcache.trace import read_trace
 from agentcache_sdk import _workflow

@@ -61,7 +61,7 @@ def assert_all_gone(processes: list[psutil.Process], ports: list[int]) -> None:
 
 
 def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
-    from conftest import free_port
+    from agentcache.server_ext.cluster import free_port
 
     port = free_port()
     output = tmp_path / "serve.log"
@@ -92,7 +92,7 @@ def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
 
 
 def test_serve_says_so_and_exits_nonzero_when_the_engine_dies(tmp_path):
-    from conftest import free_port
+    from agentcache.server_ext.cluster import free_port
 
     port = free_port()
     output = tmp_path / "serve.log"
