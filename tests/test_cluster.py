@@ -42,6 +42,35 @@ def test_workflow_affinity_keeps_workflows_whole_and_beats_round_robin(code_retr
         assert all(0.0 < i["hit_rate"] < 1.0 for i in run["per_instance"])
 
 
+def test_workflow_affinity_places_a_new_workflow_where_fewest_routing_keys_are_in_flight():
+    """sglang-router 0.3.2's min_group counts the keys with a request in flight (WorkerRoutingKeyLoad), not the
+    keys it ever placed: a worker whose workflows are all between requests takes the next new one."""
+    from agentcache.replay.cluster import InFlight, ManualPolicy
+    from agentcache.replay.serving import Served
+
+    in_flight = InFlight(2)
+    manual = ManualPolicy(in_flight)
+
+    def send(key: str, finished: float) -> int:
+        worker = manual.route(key)
+        in_flight.sent(worker, key)
+        in_flight.answered(
+            Served(index=0, worker=worker, arrival=0.0, prompt_tokens=1, output_tokens=1, finished=finished), key
+        )
+        return worker
+
+    manual.worker_of["wf-a"] = 0  # a key the router placed on worker 0 earlier
+    assert send("wf-a", finished=10.0) == 0
+    assert send("wf-b", finished=1.0) == 1, "a new key goes where no key is in flight"
+    in_flight.advance(2.0)  # wf-b answered, wf-a still running
+    assert in_flight.keys == [Counter({"wf-a": 1}), Counter()]
+    # Each worker holds one key ever placed (counting those, a tie); in flight, worker 0 holds one, worker 1 none.
+    assert send("wf-c", finished=3.0) == 1
+    assert manual.route("wf-a") == 0 and manual.route("wf-b") == 1, "a key keeps its worker"
+    in_flight.advance(20.0)
+    assert in_flight.load == [0, 0] and in_flight.keys == [Counter(), Counter()]
+
+
 def test_end_events_reach_every_worker_that_served_the_workflow(code_retry):
     from agentcache.replay.cluster import replay_cluster
 

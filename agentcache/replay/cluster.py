@@ -17,11 +17,14 @@ and a router chooses each request's worker as it arrives. Routings:
   covers more than 30% of the prompt, else the worker with the smallest tree.
 - ``workflow-affinity``: the router's ``manual`` policy keyed by the workflow
   id (``--assignment-mode min_group``): a workflow's requests all go where its
-  first went, a new workflow to the worker holding the fewest keys.
+  first went, a new workflow to the worker with the fewest routing keys in
+  flight (ties at random), as sglang-router 0.3.2 places it.
 - ``workflow-aware``: the client routes (:mod:`agentcache.routing`): each
   request to the slot with the largest expected saved prefill minus the
   queueing it adds, within a bound on imbalance, sent as the routing key of
-  that slot through the same ``manual`` policy.
+  that slot through the same ``manual`` policy, which holds slot i on worker
+  i (``agentcache serve --workers N`` places the slot keys one per worker
+  before serving).
 
 A router's load is what sglang-router counts: requests it sent to a worker
 and has not seen answered. End events go to every worker that served the
@@ -35,6 +38,7 @@ import heapq
 import itertools
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +49,7 @@ from agentcache.predictor import Predictor
 from agentcache.replay.runner import PreparedTrace, as_spec
 from agentcache.replay.serving import Served, ServingResult, Worker, serve_trace
 from agentcache.replay.tokens import EncodedRequest
-from agentcache.routing import DEFAULT_MAX_IMBALANCE, Placement, WorkflowAwareRouting, slot_key
+from agentcache.routing import DEFAULT_MAX_IMBALANCE, Placement, WorkflowAwareRouting
 from agentcache.trace import Request, Trace
 
 ROUTINGS = ("round-robin", "power-of-two", "cache-aware", "workflow-affinity", "workflow-aware")
@@ -79,24 +83,34 @@ def parse_routings(routings: str | Sequence[str]) -> list[str]:
 
 
 class InFlight:
-    """A router's load per worker: requests it sent there whose answer has not come back yet."""
+    """A router's load per worker: requests it sent there whose answer has not come back yet, and the routing
+    keys those requests carry (sglang-router's ``WorkerRoutingKeyLoad``: what ``min_group`` counts)."""
 
     def __init__(self, workers: int):
         self.load = [0] * workers
-        self._answers: list[tuple[float, int, int]] = []  # (answered at, order, worker)
+        self.keys: list[Counter[str]] = [Counter() for _ in range(workers)]  # per worker: key -> requests in flight
+        self._answers: list[tuple[float, int, int, str | None]] = []  # (answered at, order, worker, routing key)
         self._order = itertools.count()
 
-    def sent(self, worker: int) -> None:
+    def sent(self, worker: int, key: str | None = None) -> None:
         self.load[worker] += 1
+        if key is not None:
+            self.keys[worker][key] += 1
 
-    def answered(self, served: Served) -> None:
-        """`served` will be answered at `served.finished` (the replay knows it when its last step starts)."""
-        heapq.heappush(self._answers, (served.finished, next(self._order), served.worker))
+    def answered(self, served: Served, key: str | None = None) -> None:
+        """`served` (sent with routing `key`) will be answered at `served.finished` (the replay knows it when its
+        last step starts)."""
+        heapq.heappush(self._answers, (served.finished, next(self._order), served.worker, key))
 
     def advance(self, now: float) -> None:
         while self._answers and self._answers[0][0] <= now:
-            _, _, worker = heapq.heappop(self._answers)
+            _, _, worker, key = heapq.heappop(self._answers)
             self.load[worker] -= 1
+            if key is not None:
+                keys = self.keys[worker]
+                keys[key] -= 1
+                if not keys[key]:
+                    del keys[key]
 
     def least_loaded(self) -> int:
         return min(range(len(self.load)), key=self.load.__getitem__)
@@ -112,11 +126,15 @@ class ModelledRouter:
     def __call__(self, request: Request, enc: EncodedRequest, _pool: Sequence[Worker], now: float) -> int:
         self.in_flight.advance(now)
         worker = self.choose(request, enc, now)
-        self.in_flight.sent(worker)
+        self.in_flight.sent(worker, self.routing_key(request))
         return worker
 
     def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
         raise NotImplementedError
+
+    def routing_key(self, request: Request) -> str | None:
+        """The routing key the router counts `request` under while it is in flight (None: none)."""
+        return None
 
     def on_finish(self, served: Served) -> None:
         self.in_flight.answered(served)
@@ -271,32 +289,42 @@ class CacheAware(ModelledRouter):
 
 
 class ManualPolicy:
-    """sglang-router's ``manual`` policy with ``--assignment-mode min_group``: a routing key keeps its worker;
-    a new key goes to the worker holding the fewest keys (the lowest index on a tie). Keys outlive their
-    workflows (the router drops them only after ``--max-idle-secs``, 4 h)."""
+    """sglang-router 0.3.2's ``manual`` policy with ``--assignment-mode min_group``: a routing key keeps its
+    worker; a new key goes to a worker with the fewest routing keys in flight (``min_group_select`` over
+    ``WorkerRoutingKeyLoad``: a key counts while a request with it is unanswered), drawn at random among
+    the tied. Keys outlive their workflows (the router drops them only after ``--max-idle-secs``, 4 h)."""
 
-    def __init__(self, workers: int):
-        self.keys_per_worker = [0] * workers
+    def __init__(self, in_flight: InFlight, seed: int = 0):
+        self.in_flight = in_flight
         self.worker_of: dict[str, int] = {}
+        self._rng = random.Random(seed)
 
     def route(self, key: str) -> int:
         worker = self.worker_of.get(key)
         if worker is None:
-            worker = min(range(len(self.keys_per_worker)), key=self.keys_per_worker.__getitem__)
+            counts = [len(keys) for keys in self.in_flight.keys]
+            fewest = min(counts)
+            worker = self._rng.choice([w for w, count in enumerate(counts) if count == fewest])
             self.worker_of[key] = worker
-            self.keys_per_worker[worker] += 1
         return worker
 
 
 class WorkflowAffinity(ModelledRouter):
-    """The manual policy keyed by the workflow id (what the SDK sends today)."""
+    """The manual policy keyed by the workflow id (``AGENTCACHE_ROUTING=workflow-affinity``)."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, requests: Sequence[Request]):
         super().__init__(workers)
-        self.manual = ManualPolicy(workers)
+        self.manual = ManualPolicy(self.in_flight)
+        self._requests = requests  # the trace's requests, by index: whose answer a Served is
 
     def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
         return self.manual.route(request.workflow)
+
+    def routing_key(self, request: Request) -> str | None:
+        return request.workflow
+
+    def on_finish(self, served: Served) -> None:
+        self.in_flight.answered(served, self._requests[served.index].workflow)
 
 
 class WorkflowAware(ModelledRouter):
@@ -304,7 +332,8 @@ class WorkflowAware(ModelledRouter):
 
     The client hears an answer, and its output length, when it arrives (at the request's finish); a workflow
     has at most one request in flight (the replay sends its next one after the answer), so placements are kept
-    per workflow.
+    per workflow. Slot i's key is on worker i: ``agentcache serve --workers N`` places the slot keys one per
+    worker before it serves (server_ext/cluster.py, ``Cluster.start``).
     """
 
     def __init__(
@@ -317,7 +346,6 @@ class WorkflowAware(ModelledRouter):
     ):
         super().__init__(workers)
         self.client = WorkflowAwareRouting(workers, max_imbalance=max_imbalance, cost=cost)
-        self.manual = ManualPolicy(workers)
         self._requests = requests  # the trace's requests, by index: whose answer a Served is
         self._pending: dict[str, Placement] = {}  # workflow -> its request in flight
         self._answers: list[tuple[float, int, str, int | None]] = []  # (answered at, order, workflow, output tokens)
@@ -329,7 +357,7 @@ class WorkflowAware(ModelledRouter):
             request.workflow, request.agent, enc.prompt_len, enc.fixed_len, conversation_of(request)
         )
         self._pending[request.workflow] = placement
-        return self.manual.route(slot_key(placement.slot))
+        return placement.slot
 
     def on_finish(self, served: Served) -> None:
         super().on_finish(served)
@@ -360,7 +388,7 @@ def make_router(routing: str, workers: int, prepared: PreparedTrace, cost: CostM
     if routing == "cache-aware":
         return CacheAware(workers)
     if routing == "workflow-affinity":
-        return WorkflowAffinity(workers)
+        return WorkflowAffinity(workers, prepared.requests)
     if routing == "workflow-aware":
         return WorkflowAware(workers, prepared.requests, cost=cost)
     raise RoutingError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
