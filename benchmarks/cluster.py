@@ -115,11 +115,12 @@ def run(policy: str, only: list[str] | None, seed: int | None = None) -> list[di
 
 # What the suite's page says of a rule tried on its rows (seed 1), and checked on held-out seeds.
 FEWER_HOMES = [
-    "- Fewer homes, tried and dropped (2026-12-03, scratch runs with each row's time scale): homes sized",
-    "  ceil(share x N x 0.5) met the Done-when on 12 of the 27 rows below against 6 for the default in the",
-    "  same run (this page's run: 7), but on held-out seeds (`--seed`) on 11 of 27 rows against the",
-    "  default's 13 (seed 11: 7 and 7 of its first 14 rows; seed 22: 4 and 6 of its first 13): fitted to",
-    "  these rows, not better. One home per agent, spills alone spreading the load: 6 of 27 here.",
+    "- Fewer homes, tried and dropped (2026-12-03, scratch runs with each row's time scale, when the replay",
+    "  still placed workflow-affinity's keys by the keys ever placed): homes sized ceil(share x N x 0.5) met",
+    "  the Done-when on 12 of the 27 rows below against 6 for the default in the same run, but on held-out",
+    "  seeds (`--seed`) on 11 of 27 rows against the default's 13 (seed 11: 7 and 7 of its first 14 rows;",
+    "  seed 22: 4 and 6 of its first 13): fitted to these rows, not better. One home per agent, spills alone",
+    "  spreading the load: 6 of 27 here.",
     "  The default at seed 11, every routing: docs/scale-out-seed-11.md.",
 ]
 
@@ -175,9 +176,10 @@ def markdown(rows: list[dict], command: str, policy: str, seconds: float, seed: 
         "  worker over what it routed, cache threshold 0.3, balance thresholds 64 and 1.5 on requests in",
         "  flight, the smallest tree on a miss, the least loaded when imbalanced, tree eviction every 60 s).",
         "- `workflow-affinity`: the router's `manual` policy keyed by the workflow id, `min_group` assignment",
-        "  (live: `AGENTCACHE_ROUTING=workflow-affinity`; the replay models `min_group` as the fewest keys ever",
-        "  placed, where sglang-router 0.3.2 counts the keys with a request in flight, so live placement of",
-        "  workflow ids is less even than modelled).",
+        "  (live: `AGENTCACHE_ROUTING=workflow-affinity`): a new workflow goes to a worker with the fewest",
+        "  routing keys in flight, ties at random, as sglang-router 0.3.2 counts them (`WorkerRoutingKeyLoad`).",
+        "  Until 2026-12-04 the replay counted the keys ever placed, which spreads workflow ids more evenly",
+        "  than the router does.",
         "- `workflow-aware` (`agentcache/routing.py`, the default of `agentcache serve --workers N` with",
         "  agentcache_sdk): the client chooses a slot per request and sends it as the routing key through the",
         "  same `manual` policy. Each agent is homed on as many slots as its share of recent KV occupancy",
