@@ -285,25 +285,35 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
     if args.json:
         print(json.dumps(runs))
         return 0
-    from rich.table import Table
+    from agentcache.replay.report import print_fitted_table
 
-    table = Table(title=f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}")
-    columns = ("capacity", "policy", "routing", "hit rate", "TTFT p50", "TTFT p90", "req/s", "util", "imbalance")
-    for column in columns:
-        table.add_column(column)
-    for run in runs:
-        table.add_row(
+    title = f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}"
+    headers = (
+        "capacity",
+        "policy",
+        "routing",
+        "hit rate",
+        "TTFT p50 (s)",
+        "TTFT p90 (s)",
+        "req/s",
+        "util",
+        "imbalance",
+    )
+    rows = [
+        (
             str(run["capacity"]),
             run["policy"],
             run["routing"],
             f"{run['hit_rate']:.1%}",
-            f"{run['ttft_p50_s']:.3f} s",
-            f"{run['ttft_p90_s']:.3f} s",
+            f"{run['ttft_p50_s']:.3f}",
+            f"{run['ttft_p90_s']:.3f}",
             f"{run['throughput_rps']:.2f}",
             f"{run['utilization']:.0%}",
             f"{run['imbalance']:.2f}",
         )
-    Console().print(table)
+        for run in runs
+    ]
+    print_fitted_table(title, headers, rows)
     return 0
 
 
@@ -437,11 +447,11 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _run_demo(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from agentcache.bench import BenchError, runs_on_plain_sglang
     from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
     from agentcache.policy import PolicyConfigError, parse_policies
+    from agentcache.replay.report import print_fitted_table
 
     try:
         specs = parse_policies(args.policies)
@@ -487,19 +497,20 @@ def _run_demo(args: argparse.Namespace) -> int:
         f"{args.workflows} concurrent multi-agent workflows, KV capacity {args.capacity} tokens, "
         f"medians over {args.repeat} repetitions in alternating order"
     )
-    table = Table(title=escape(title))
-    for column in ("policy", "hit rate", "mean latency (s)", "p90 latency (s)", "requests"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+    rows = []
     for policy, r in results.items():
         mine = [run.mean_latency_s for run in runs if run.policy == policy]
-        table.add_row(
-            policy,
-            f"{r['hit_rate']:.1%}",
-            escape(f"{r['mean_latency_s']:.2f} [{min(mine):.2f}-{max(mine):.2f}]"),
-            f"{r['p90_latency_s']:.2f}",
-            f"{r['requests']:.0f}",
+        rows.append(
+            (
+                escape(policy),
+                f"{r['hit_rate']:.1%}",
+                escape(f"{r['mean_latency_s']:.2f} [{min(mine):.2f}-{max(mine):.2f}]"),
+                f"{r['p90_latency_s']:.2f}",
+                f"{r['requests']:.0f}",
+            )
         )
-    Console().print(table)
+    headers = ("policy", "hit rate", "mean latency (s)", "p90 latency (s)", "requests")
+    print_fitted_table(escape(title), headers, rows)
     for line in ratio_lines(runs):
         Console().print(line, soft_wrap=True, markup=False)
     if args.json:
@@ -583,10 +594,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 def _run_bench(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from agentcache.bench import BenchError, BenchOptions, bench_trace, comparisons, first_workflows, plot, summarize
     from agentcache.policy import PolicyConfigError, parse_policies
+    from agentcache.replay.report import print_fitted_table
     from agentcache.trace import TraceError, read_trace
     from agentcache.workloads import GenConfig, generate
 
@@ -650,22 +661,23 @@ def _run_bench(args: argparse.Namespace) -> int:
         f"{name}: {len(trace.requests)} requests, {args.repeat} repetitions, KV capacity {capacity} tokens "
         "(medians, [min-max] over repetitions)"
     )
-    table = Table(title=title)
-    for column in (
+    rows = []
+    for policy, r in summary.items():
+        cells = [
+            f"{r[k]['median']:.2f} [{r[k]['min']:.2f}-{r[k]['max']:.2f}]" for k in ("ttft_s", "latency_s", "makespan_s")
+        ]
+        rows.append(
+            (escape(policy), f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *map(escape, cells))
+        )
+    headers = (
         "policy",
         "hit rate",
         "prompt tokens computed",
         "time to first token (s)",
         "latency (s)",
         "completion (s)",
-    ):
-        table.add_column(column, justify="left" if column == "policy" else "right")
-    for policy, r in summary.items():
-        cells = [
-            f"{r[k]['median']:.2f} [{r[k]['min']:.2f}-{r[k]['max']:.2f}]" for k in ("ttft_s", "latency_s", "makespan_s")
-        ]
-        table.add_row(policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *map(escape, cells))
-    Console().print(table)
+    )
+    print_fitted_table(title, headers, rows)
     for line in comparisons(runs):
         Console().print(line, soft_wrap=True, markup=False)
     if args.plot:

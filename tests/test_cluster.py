@@ -290,7 +290,7 @@ def test_bad_routings_and_shapes_are_refused_clearly(code_retry):
         replay_cluster(prepared, "pbkv+prefetch", 2, 8000, ["round-robin"])
 
 
-def test_cli_replay_with_instances_reports_the_timed_figures(tmp_path, capsys):
+def test_cli_replay_with_instances_reports_the_timed_figures(tmp_path, capsys, monkeypatch):
     import json
 
     from agentcache.cli import main
@@ -307,6 +307,13 @@ def test_cli_replay_with_instances_reports_the_timed_figures(tmp_path, capsys):
             assert key in row
         assert row["throughput_rps"] > 0 and row["capacity"] == 16000 and row["instances"] == 2
         assert row["time_scale"] == 0.5
+    # The table in an 80-column terminal: names whole, numbers squeezed (rich cut "workflow-a…" before).
+    monkeypatch.setenv("COLUMNS", "80")
+    routings = "power-of-two,workflow-affinity,workflow-aware"
+    table_argv = [*argv[:-3], "pbkv/-fixed-by-forecast", "--instances", "2", "--routing", routings]
+    assert main(table_argv) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in [*routings.split(","), "pbkv/-fixed-by-forecast"]), out
     assert main([*argv, "--routing", "round-robin,sticky"]) == 2
     assert "--routing: unknown routing 'sticky'" in capsys.readouterr().err
     assert main([*argv, "--time-scale", "0"]) == 2

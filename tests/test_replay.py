@@ -588,3 +588,18 @@ def test_cli_replay_with_perfect_forecasts_and_where_it_cannot(tmp_path, capsys,
     argv = ["replay", str(path), "--capacity", "8000", "--predictor", "oracle", "--instances", "2"]
     assert main(argv) == 2
     assert "not with --instances" in capsys.readouterr().err
+
+
+def test_the_replay_table_shows_every_policy_name_whole_in_a_narrow_terminal():
+    """rich shrinks a wide table to the terminal: the policy column must not be the one it cuts ("cachesco…")."""
+    from rich.console import Console
+
+    from agentcache.replay.report import print_table
+    from agentcache.replay.runner import ReplayResult
+
+    names = ["lru", "cachescout", "pbkv/-fixed-by-forecast", "lfu"]
+    results = [ReplayResult(n, 7000, prompt_tokens=1_000_000, hit_tokens=1, recomputed_tokens=999_999) for n in names]
+    console = Console(width=80, record=True)
+    print_table(results, title="narrow", console=console)
+    text = console.export_text()
+    assert all(name in text for name in names), text

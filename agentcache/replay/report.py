@@ -3,11 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from agentcache.replay.runner import ReplayResult
+NAME_COLUMNS = ("policy", "routing")
+
+if TYPE_CHECKING:  # the runner imports SGLang (~15 s): the live bench's tables need none of it
+    from agentcache.replay.runner import ReplayResult
+
+
+def print_fitted_table(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], console: Console | None = None
+) -> None:
+    """Print a table no cell of which is cut. rich fits a table to the terminal (80 columns when the output
+    is a file or a pipe) by cutting cells ("cachesco…", "12.…"); here each column is as wide as its widest
+    cell and its header, or where that does not fit, its header's longest word (the header folds), and a
+    table wider than the terminal even so is printed whole. Names (policy, routing) align left, figures right."""
+    console = console or Console()
+    cells = [max((len(row[i]) for row in rows), default=0) for i in range(len(headers))]
+    widths = [max(cell, len(header)) for cell, header in zip(cells, headers)]
+    if _table_width(widths) > console.width:
+        widths = [max([cell] + [len(word) for word in header.split()]) for cell, header in zip(cells, headers)]
+    table = Table(title=title)
+    for header, width in zip(headers, widths):
+        table.add_column(header, justify="left" if header in NAME_COLUMNS else "right", width=width, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    needed = _table_width(widths)
+    if needed <= console.width:
+        console.print(table)
+        return
+    terminal = console.width  # print(width=) cannot exceed the console's own width: widen it for this table
+    console.width = needed
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = terminal
+
+
+def _table_width(widths: Sequence[int]) -> int:
+    """A rich table's width: the left edge, and per column its width, its padding (2) and a border (1)."""
+    return 1 + sum(width + 3 for width in widths)
 
 
 def _gap(r: ReplayResult) -> str:
@@ -15,31 +53,24 @@ def _gap(r: ReplayResult) -> str:
 
 
 def print_table(results: Sequence[ReplayResult], title: str = "", console: Console | None = None) -> None:
-    table = Table(title=title)
-    for column in (
-        "capacity",
-        "policy",
-        "hit rate",
-        "gap closed",
-        "recomputed tokens",
-        "modelled GPU time (s)",
-        "vs lru",
-    ):
-        table.add_column(column, justify="left" if column == "policy" else "right")
     lru = {r.capacity: r for r in results if r.policy == "lru"}
+    rows = []
     for r in results:
         base = lru.get(r.capacity)
         speedup = f"{base.modelled_latency_s / r.modelled_latency_s:.2f}x" if base and r.modelled_latency_s else ""
-        table.add_row(
-            str(r.capacity),
-            r.policy,
-            f"{r.hit_rate:.1%}",
-            _gap(r),
-            f"{r.recomputed_tokens:,}",
-            f"{r.modelled_latency_s:,.1f}",
-            speedup,
+        rows.append(
+            (
+                str(r.capacity),
+                r.policy,
+                f"{r.hit_rate:.1%}",
+                _gap(r),
+                f"{r.recomputed_tokens:,}",
+                f"{r.modelled_latency_s:,.1f}",
+                speedup,
+            )
         )
-    (console or Console()).print(table)
+    headers = ("capacity", "policy", "hit rate", "gap closed", "recomputed tokens", "modelled GPU time (s)", "vs lru")
+    print_fitted_table(title, headers, rows, console)
 
 
 def markdown_table(results: Sequence[ReplayResult]) -> str:
