@@ -278,6 +278,11 @@ def spread(values: Iterable[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def median_range(values: Sequence[float], fmt: str, unit: str = "") -> str:
+    """`median [min-max]` of repeated measurements, each number in format `fmt`, `unit` after the median."""
+    return f"{statistics.median(values):{fmt}}{unit} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
 def summarize(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
     """The JSON contract: per policy, medians (with min and max) over its repetitions."""
     out: dict[str, dict[str, Any]] = {}
@@ -469,9 +474,8 @@ def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
         fewer = sum(t < 1.0 for t in tokens)
         lines.append(
             f"{ours} vs {base}: computed {statistics.median(tokens):.2f}x the prompt tokens (fewer in {fewer} of "
-            f"{len(tokens)} repetitions); time to first token {statistics.median(ttft):.2f}x "
-            f"[{min(ttft):.2f}-{max(ttft):.2f}], completion time {statistics.median(makespan):.2f}x "
-            f"[{min(makespan):.2f}-{max(makespan):.2f}] (medians of per-repetition ratios, [min-max])"
+            f"{len(tokens)} repetitions); time to first token {median_range(ttft, '.2f', 'x')}, completion time "
+            f"{median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
         )
     others = [p for p in builtins if p != "lru"]
     if others:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from suite import DOCS, mean_prompt
 
-from agentcache.bench import CAPACITY_FACTOR, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE, as_served
+from agentcache.bench import CAPACITY_FACTOR, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE, as_served, median_range
 from agentcache.cli import BENCH_FAMILY, BENCH_SEED, BENCH_WORKFLOWS
 from agentcache.replay.runner import PreparedTrace, replay
 from agentcache.replay.serving import serve_trace
@@ -90,10 +90,6 @@ def compare(page: LivePage) -> dict:
     }
 
 
-def _spread(values: list[float], fmt: str) -> str:
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-
-
 def markdown(rows: list[dict]) -> str:
     sections = []
     gaps = {
@@ -119,8 +115,8 @@ def markdown(rows: list[dict]) -> str:
             "| policy | live hit rate | untimed replay | timed replay | live TTFT (s) | timed replay TTFT (s) |",
             "|---|---:|---:|---:|---:|---:|",
             *(
-                f"| {p} | {_spread(row['live_hit'][p], '.1%')} | {row['untimed_hit'][p]:.1%} | {row['timed_hit'][p]:.1%} "
-                f"| {_spread(row['live_ttft'][p], '.3f')} | {row['timed_ttft'][p]:.4f} |"
+                f"| {p} | {median_range(row['live_hit'][p], '.1%')} | {row['untimed_hit'][p]:.1%} | {row['timed_hit'][p]:.1%} "
+                f"| {median_range(row['live_ttft'][p], '.3f')} | {row['timed_ttft'][p]:.4f} |"
                 for p in policies
             ),
             "",

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from suite import DOCS, suite
 
+from agentcache.bench import median_range
 from agentcache.replay.runner import PreparedTrace
 from agentcache.replay.serving import serve_trace
 
@@ -153,7 +154,7 @@ def markdown(rows: list[dict], seconds: float) -> str:
         cells = " | ".join(_cell(runs[p]) for p in POLICIES)
         lines.append(
             f"| {row['trace']} | {row['capacity']:,} | {row['time_scale']:.3g} | {row['lru_utilization']:.0%} | "
-            f"{cells} | {statistics.median(paired):.2f}x [{min(paired):.2f}-{max(paired):.2f}] ({_better_built_in(row)}) |"
+            f"{cells} | {median_range(paired, '.2f', 'x')} ({_better_built_in(row)}) |"
         )
     lines += [
         "",
