@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-NAME_COLUMNS = ("policy", "routing")
-
 if TYPE_CHECKING:  # the runner imports SGLang (~15 s): the live bench's tables need none of it
     from agentcache.replay.runner import ReplayResult
+
+NAME_COLUMNS = ("policy", "routing")  # columns of names, aligned left (figures align right)
 
 
 def print_fitted_table(
