@@ -13,9 +13,13 @@ own sits in the path.
 
 :class:`WorkflowAwareRouting` keeps each agent on few slots, as many as its
 share of the KV memory needs: an agent whose recent requests take a share `p`
-of the KV occupancy gets ceil(p x N x headroom) home slots, taken where the
-least occupancy is homed already, so each slot keeps few fixed prompts and
-the agents' load is spread. A request's occupancy is the KV it holds times how
+of the KV occupancy gets p x N x headroom home slots, rounded to the nearest
+(at least one), taken where the least occupancy is homed already, so each slot
+keeps few fixed prompts and the agents' load is spread. Rounded, not up: the
+homes of all agents then add up to about N, where rounding up gives an agent a
+whole second home for a fifth of a slot's traffic, a second copy of its fixed
+prompt and its conversations split; the bound below spills what a home cannot
+carry. A request's occupancy is the KV it holds times how
 long it holds it (token-seconds, the cost model's: its prefill past the fixed
 prompt, then a decode step per output token its agent is expected to write,
 learned from the answers). Memory is what a worker runs out of first; prompt
@@ -143,9 +147,10 @@ class WorkflowAwareRouting:
         return (prompt_tokens + output / 2) * running_s
 
     def homes_needed(self, agent: str) -> int:
-        """How many slots an agent's requests need: its share of recent KV occupancy x N x headroom."""
+        """How many slots an agent's requests need: its share of recent KV occupancy x N x headroom, rounded to
+        the nearest (halves up), at least one."""
         share = self._weight.get(agent, 0.0) / self._total_weight if self._total_weight else 1.0
-        return max(1, min(len(self.slots), math.ceil(share * len(self.slots) * self.headroom)))
+        return max(1, min(len(self.slots), math.floor(share * len(self.slots) * self.headroom + 0.5)))
 
     def homed_traffic(self) -> list[float]:
         """Per slot, the recent KV occupancy of the agents homed there (an agent's split evenly over its homes)."""

@@ -208,6 +208,27 @@ def test_workflow_aware_keeps_conversations_and_agents_together_within_its_bound
     assert routing.ended("request-1") == {first.slot}
 
 
+def test_workflow_aware_gives_an_agent_its_share_of_the_slots_rounded_to_the_nearest():
+    """Three agents with equal traffic on four slots each need 1.33 slots: one home each, on three different
+    slots, not two each (six copies of fixed prompts on four slots, every agent's conversations split)."""
+    from agentcache.routing import WorkflowAwareRouting
+
+    routing = WorkflowAwareRouting(4, half_life=1e9)
+    agents = ("planner", "coder", "tester")
+    for i in range(30):
+        for agent in agents:
+            routing.answered(routing.choose(f"w{i}", agent, 3000, 2000))
+    homes = [routing.agent_slots[a] for a in agents]
+    assert all(len(h) == 1 for h in homes), homes
+    assert len({h[0] for h in homes}) == 3, f"each on its own slot: {homes}"
+    # An agent with half the traffic on three slots (1.5) gets two; halves round up.
+    routing = WorkflowAwareRouting(3, half_life=1e9)
+    for i in range(30):
+        for agent in ("coder", "coder", "planner", "tester"):
+            routing.answered(routing.choose(f"w{i}", agent, 3000, 2000))
+    assert len(routing.agent_slots["coder"]) == 2 and len(routing.agent_slots["planner"]) == 1
+
+
 def test_workflow_aware_sizes_homes_by_kv_occupancy_learned_from_the_answers_not_by_prompt_tokens():
     """A group chat's speaker selector re-reads a long prompt to write a few tokens; the coder writes hundreds.
     Homes follow the KV memory each occupies (what it holds times how long it runs, with each agent's output
@@ -229,7 +250,7 @@ def test_workflow_aware_sizes_homes_by_kv_occupancy_learned_from_the_answers_not
 
     unreported = WorkflowAwareRouting(4, half_life=1e9)
     warm(unreported, report_output=False)
-    assert len(unreported.agent_slots["selector"]) == 3 and len(unreported.agent_slots["coder"]) == 2
+    assert len(unreported.agent_slots["selector"]) == 3 and len(unreported.agent_slots["coder"]) == 1
 
     # An answer without usage (a stream, an error) teaches nothing; a half-life under one request is refused.
     routing.answered(routing.choose("w-stream", "coder", 3000, 2000))
