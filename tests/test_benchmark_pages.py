@@ -23,6 +23,16 @@ def test_serving_time_page_is_its_figures():
         assert all(len(runs) == len(serving_time.PACES) for runs in row["runs"].values())
 
 
+def test_scale_out_pages_are_their_figures():
+    import cluster
+
+    for name in ("scale-out", "scale-out-seed-11"):
+        figures = json.loads((DOCS / f"{name}.json").read_text())
+        assert cluster.page_of(figures) == (DOCS / f"{name}.md").read_text(), name
+        for row in figures["rows"]:
+            assert [run["routing"] for run in row["runs"]] == list(cluster.ROUTINGS)
+
+
 def test_live_vs_replay_page_is_its_figures():
     import live_vs_replay
 
