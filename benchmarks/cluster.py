@@ -236,7 +236,7 @@ def markdown(rows: list[dict], command: str, policy: str, seconds: float, seed: 
         "  In plain chat at N = 4 (one diagnostic run, not a command here) cache-aware put one assistant on",
         "  each worker: the one with the least traffic kept nearly all its conversations (80 requests, 89%",
         "  hit) while another thrashed (296 requests, 35% hit). workflow-aware also gave each assistant one",
-        "  home, but its first requests, before the shares were learned, and the requests its bound spilt",
+        "  home, but its homes moving as the shares were learned (11 moves) and the requests its bound spilt",
         "  (37 of 632 follow-up turns went elsewhere than their conversation) put 61 other requests on the",
         "  support assistant's worker beside its 74 (53% hit there): 51.8% against cache-aware's 57.1%.",
         "- Homes are sized by KV occupancy (KV held x time running), not by prompt tokens: memory is what these",
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         figures_path.write_text(json.dumps(figures, indent=1) + "\n")
     output.write_text(page_of(figures))
-    Console(stderr=True).print(f"wrote {output} and {figures_path.name}")
+    Console(stderr=True).print(f"wrote {output}" + ("" if args.render else f" and {figures_path.name}"))
 
 
 def page_of(figures: dict) -> str:
