@@ -26,7 +26,7 @@ def test_serving_time_page_is_its_figures():
 def test_scale_out_pages_are_their_figures():
     import cluster
 
-    for name in ("scale-out", "scale-out-seed-11"):
+    for name in ("scale-out", "scale-out-seed-11", "scale-out-seed-22"):
         figures = json.loads((DOCS / f"{name}.json").read_text())
         assert cluster.page_of(figures) == (DOCS / f"{name}.md").read_text(), name
         for row in figures["rows"]:
