@@ -448,7 +448,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from agentcache.bench import BenchError, runs_on_plain_sglang
+    from agentcache.bench import BenchError, median_range, runs_on_plain_sglang
     from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
     from agentcache.policy import PolicyConfigError, parse_policies
     from agentcache.replay.report import print_fitted_table
@@ -504,7 +504,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             (
                 escape(policy),
                 f"{r['hit_rate']:.1%}",
-                escape(f"{r['mean_latency_s']:.2f} [{min(mine):.2f}-{max(mine):.2f}]"),
+                escape(median_range(mine, ".2f")),
                 f"{r['p90_latency_s']:.2f}",
                 f"{r['requests']:.0f}",
             )
