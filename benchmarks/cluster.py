@@ -152,6 +152,17 @@ ROUNDED_HOMES = [
     "  rounded share but dropped only past the share rounded up (no change: -0.13 here, +0.09 at seed 11),",
     "  the bound applied to new conversations only, follow-up turns always going where theirs is (hit rate",
     "  +0.23 points here, +1.20 at seed 11, but p90 TTFT x1.10 and x1.11).",
+    "- Tried later the same day and dropped (the same scratch runs, workflow-aware alone at each row's time",
+    "  scale; they count 13 of 27 rows for the default here, 6 of 21 at seed 11). Trading homes between two",
+    "  agents where an agent's busiest home carried more than 1.25x (or 1.5x) a fair share of the homed",
+    "  traffic, each agent at most once per half-life, so that the two busiest agents need not share a",
+    "  worker: 8 (9) of 27 rows, mean hit rate -0.96 (-0.64) points, p90 TTFT x1.07; without that limit",
+    "  agents traded homes back and forth (up to 310 trades in a row): 6 of 27, -2.50 points. A moved home",
+    "  costs its agent a cold fixed prompt and cold conversations, more than evener traffic wins back.",
+    "  Shares that change more slowly (a half-life of 500 or 1,000 requests instead of 200): 11 and 12 of",
+    "  27 (-0.11 and -0.06 points). As many homes as the largest share one slot can carry within the",
+    "  bound requires (share / (1.5 / (N + 0.5)), rounded up: fact-verify's retriever gets both workers at",
+    "  N = 2, 65.2% there): 9 of 27 here (-0.60 points), 8 of 21 at seed 11 (+0.17).",
 ]
 
 
