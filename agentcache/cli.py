@@ -99,7 +99,8 @@ def _run_gen(args: argparse.Namespace) -> int:
     requests = trace.requests
     console.print(
         f"wrote {args.output}: {len(requests)} requests, {len({r.workflow for r in requests})} workflows, "
-        f"{sum(r.prompt_tokens for r in requests)} prompt tokens"
+        f"{sum(r.prompt_tokens for r in requests)} prompt tokens",
+        markup=False,
     )
     return 0
 
@@ -191,7 +192,12 @@ def _run_replay(args: argparse.Namespace) -> int:
     if not trace.meta.call_graph and any(p.name == "kvflow" for p in policies):
         if args.policy != REPLAY_POLICIES:
             raise UsageError(f"kvflow needs a static call graph, and {args.trace} has none (its meta call_graph)")
-        console.print(f"[dim]kvflow skipped: {args.trace} has no call graph (kvflow needs one)[/dim]")
+        console.print(
+            f"kvflow skipped: {args.trace} has no call graph (kvflow needs one)",
+            style="dim",
+            soft_wrap=True,
+            markup=False,
+        )
         policies = [p for p in policies if p.name != "kvflow"]
     # Without --predictor (and noise) each policy keeps its own forecaster (pbkv-paper: Markov-1).
     own = args.predictor is None and args.noise == 0
@@ -402,7 +408,7 @@ def _run_make_model(args: argparse.Namespace) -> int:
     from agentcache.server_ext.model import make_model
 
     path = make_model(args.output, args.size)
-    console.print(f"wrote a {args.size} random-weight model to {path}")
+    console.print(f"wrote a {args.size} random-weight model to {path}", markup=False)
     return 0
 
 
@@ -445,7 +451,6 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from agentcache.bench import BenchError, median_range, runs_on_plain_sglang
@@ -463,7 +468,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     if args.record and all(runs_on_plain_sglang(spec) for spec in specs):
         raise UsageError(f"--record: {args.policies} runs on plain SGLang only, whose requests are not tagged")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-demo-")
-    console.print(f"[dim]server logs: {log_dir}[/dim]")
+    console.print(f"server logs: {log_dir}", style="dim", markup=False)
     opts = DemoOptions(
         policies=policies,
         repeat=args.repeat,
@@ -502,15 +507,15 @@ def _run_demo(args: argparse.Namespace) -> int:
         mine = [run.mean_latency_s for run in runs if run.policy == policy]
         rows.append(
             (
-                escape(policy),
+                policy,
                 f"{r['hit_rate']:.1%}",
-                escape(median_range(mine, ".2f")),
+                median_range(mine, ".2f"),
                 f"{r['p90_latency_s']:.2f}",
                 f"{r['requests']:.0f}",
             )
         )
     headers = ("policy", "hit rate", "mean latency (s)", "p90 latency (s)", "requests")
-    print_fitted_table(escape(title), headers, rows)
+    print_fitted_table(title, headers, rows)
     for line in ratio_lines(runs):
         Console().print(line, soft_wrap=True, markup=False)
     if args.json:
@@ -592,10 +597,18 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentcache.bench import BenchError, BenchOptions, bench_trace, comparisons, first_workflows, plot, summarize
+    from agentcache.bench import (
+        BenchError,
+        BenchOptions,
+        bench_trace,
+        comparisons,
+        first_workflows,
+        median_range,
+        plot,
+        summarize,
+    )
     from agentcache.policy import PolicyConfigError, parse_policies
     from agentcache.replay.report import print_fitted_table
     from agentcache.trace import TraceError, read_trace
@@ -629,7 +642,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     if not trace.requests:
         raise UsageError(f"{args.trace}: no requests to send")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-bench-")
-    console.print(f"[dim]server logs: {log_dir}[/dim]")
+    console.print(f"server logs: {log_dir}", style="dim", markup=False)
     opts = BenchOptions(
         policies=tuple(policies),
         repeat=args.repeat,
@@ -664,11 +677,9 @@ def _run_bench(args: argparse.Namespace) -> int:
     rows = []
     for policy, r in summary.items():
         cells = [
-            f"{r[k]['median']:.2f} [{r[k]['min']:.2f}-{r[k]['max']:.2f}]" for k in ("ttft_s", "latency_s", "makespan_s")
+            median_range([rep[k] for rep in r["repetitions"]], ".2f") for k in ("ttft_s", "latency_s", "makespan_s")
         ]
-        rows.append(
-            (escape(policy), f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *map(escape, cells))
-        )
+        rows.append((policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *cells))
     headers = (
         "policy",
         "hit rate",

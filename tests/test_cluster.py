@@ -55,7 +55,10 @@ def test_workflow_affinity_places_a_new_workflow_where_fewest_routing_keys_are_i
         worker = manual.route(key)
         in_flight.sent(worker, key)
         in_flight.answered(
-            Served(index=0, worker=worker, arrival=0.0, prompt_tokens=1, output_tokens=1, finished=finished), key
+            Served(
+                index=0, workflow=key, worker=worker, arrival=0.0, prompt_tokens=1, output_tokens=1, finished=finished
+            ),
+            key,
         )
         return worker
 

@@ -349,6 +349,23 @@ def test_cli_replay_json_and_errors(tmp_path, capsys, small_traces):
     assert plot.stat().st_size > 10_000
 
 
+def test_cli_replay_shows_trace_names_and_paths_as_written_never_as_markup(tmp_path, capsys, small_traces):
+    """A trace's name and path are the user's text: brackets in them are not rich markup, which dropped "[x]" from
+    what was printed and raised on "[/]" (a closing tag with nothing open), failing the whole replay."""
+    from dataclasses import replace
+
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    trace = small_traces["pipeline"]
+    path = tmp_path / "[x]calls.jsonl"
+    write_trace(path, replace(trace, meta=replace(trace.meta, name="[/] recorded", call_graph=None)))
+    assert main(["replay", str(path), "--capacity", "5000"]) == 0  # the default policies: kvflow skipped
+    printed = capsys.readouterr()
+    assert f"kvflow skipped: {path} has no call graph" in printed.err.replace("\n", "")
+    assert "[/] recorded:" in printed.out
+
+
 @pytest.mark.parametrize(
     "family, timed, policy",
     [(f, False, "pbkv") for f in ("code-retry", "group-chat", "phased-chat", "chat", "cyclic-chat")]

@@ -312,10 +312,9 @@ class ManualPolicy:
 class WorkflowAffinity(ModelledRouter):
     """The manual policy keyed by the workflow id (``AGENTCACHE_ROUTING=workflow-affinity``)."""
 
-    def __init__(self, workers: int, requests: Sequence[Request]):
+    def __init__(self, workers: int):
         super().__init__(workers)
         self.manual = ManualPolicy(self.in_flight)
-        self._requests = requests  # the trace's requests, by index: whose answer a Served is
 
     def choose(self, request: Request, enc: EncodedRequest, now: float) -> int:
         return self.manual.route(request.workflow)
@@ -324,7 +323,7 @@ class WorkflowAffinity(ModelledRouter):
         return request.workflow
 
     def on_finish(self, served: Served) -> None:
-        self.in_flight.answered(served, self._requests[served.index].workflow)
+        self.in_flight.answered(served, served.workflow)
 
 
 class WorkflowAware(ModelledRouter):
@@ -339,14 +338,12 @@ class WorkflowAware(ModelledRouter):
     def __init__(
         self,
         workers: int,
-        requests: Sequence[Request],
         *,
         max_imbalance: float = DEFAULT_MAX_IMBALANCE,
         cost: CostModel = DEFAULT_COST,
     ):
         super().__init__(workers)
         self.client = WorkflowAwareRouting(workers, max_imbalance=max_imbalance, cost=cost)
-        self._requests = requests  # the trace's requests, by index: whose answer a Served is
         self._pending: dict[str, Placement] = {}  # workflow -> its request in flight
         self._answers: list[tuple[float, int, str, int | None]] = []  # (answered at, order, workflow, output tokens)
         self._order = itertools.count()
@@ -361,9 +358,8 @@ class WorkflowAware(ModelledRouter):
 
     def on_finish(self, served: Served) -> None:
         super().on_finish(served)
-        workflow = self._requests[served.index].workflow
         output_tokens = served.output_tokens if served.admitted else None  # a refused request: an error, no usage
-        heapq.heappush(self._answers, (served.finished, next(self._order), workflow, output_tokens))
+        heapq.heappush(self._answers, (served.finished, next(self._order), served.workflow, output_tokens))
 
     def on_end(self, workflow: str, at: float) -> None:
         self._hear_answers(at)
@@ -380,7 +376,7 @@ def conversation_of(request: Request) -> str | None:
     return request.segments[request.fixed].content_id if request.fixed < len(request.segments) else None
 
 
-def make_router(routing: str, workers: int, prepared: PreparedTrace, cost: CostModel = DEFAULT_COST) -> ModelledRouter:
+def make_router(routing: str, workers: int, cost: CostModel = DEFAULT_COST) -> ModelledRouter:
     if routing == "round-robin":
         return RoundRobin(workers)
     if routing == "power-of-two":
@@ -388,9 +384,9 @@ def make_router(routing: str, workers: int, prepared: PreparedTrace, cost: CostM
     if routing == "cache-aware":
         return CacheAware(workers)
     if routing == "workflow-affinity":
-        return WorkflowAffinity(workers, prepared.requests)
+        return WorkflowAffinity(workers)
     if routing == "workflow-aware":
-        return WorkflowAware(workers, prepared.requests, cost=cost)
+        return WorkflowAware(workers, cost=cost)
     raise RoutingError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
 
 
@@ -420,7 +416,7 @@ def replay_routing(
 ) -> dict[str, Any]:
     """One timed run: the trace served by `instances` workers of `capacity` tokens, each request routed by `routing`."""
     spec = as_spec(policy)
-    router = make_router(routing, instances, prepared, cost)
+    router = make_router(routing, instances, cost)
     started = time.perf_counter()
     result = serve_trace(
         prepared,
@@ -438,16 +434,14 @@ def replay_routing(
         lease_s=lease_s,
         on_request=on_request,
     )
-    return summarize(result, prepared, routing, time_scale, cost, time.perf_counter() - started)
+    return summarize(result, routing, time_scale, cost, time.perf_counter() - started)
 
 
-def summarize(
-    result: ServingResult, prepared: PreparedTrace, routing: str, time_scale: float, cost: CostModel, wall_s: float
-) -> dict[str, Any]:
+def summarize(result: ServingResult, routing: str, time_scale: float, cost: CostModel, wall_s: float) -> dict[str, Any]:
     """A run's figures: today's untimed fields (hit rate, imbalance, split workflows) and the timed ones."""
     served_by: dict[str, set[int]] = {}
     for s in result.served:
-        served_by.setdefault(prepared.requests[s.index].workflow, set()).add(s.worker)
+        served_by.setdefault(s.workflow, set()).add(s.worker)
     total = result.summary()
     per = [result.summary(i) for i in range(result.workers)]
     done = [s for s in result.served if s.admitted]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:  # the runner imports SGLang (~15 s): the live bench's tables need none of it
     from agentcache.replay.runner import ReplayResult
@@ -20,17 +21,18 @@ def print_fitted_table(
     """Print a table no cell of which is cut. rich fits a table to the terminal (80 columns when the output
     is a file or a pipe) by cutting cells ("cachesco…", "12.…"); here each column is as wide as its widest
     cell and its header, or where that does not fit, its header's longest word (the header folds), and a
-    table wider than the terminal even so is printed whole. Names (policy, routing) align left, figures right."""
+    table wider than the terminal even so is printed whole. Names (policy, routing) align left, figures right.
+    Title and cells are plain text, never rich markup: "[min-max]" or a trace named "[/]" shows as written."""
     console = console or Console()
     cells = [max((len(row[i]) for row in rows), default=0) for i in range(len(headers))]
     widths = [max(cell, len(header)) for cell, header in zip(cells, headers)]
     if _table_width(widths) > console.width:
         widths = [max([cell] + [len(word) for word in header.split()]) for cell, header in zip(cells, headers)]
-    table = Table(title=title)
+    table = Table(title=Text(title))
     for header, width in zip(headers, widths):
         table.add_column(header, justify="left" if header in NAME_COLUMNS else "right", width=width, overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     needed = _table_width(widths)
     if needed <= console.width:
         console.print(table)

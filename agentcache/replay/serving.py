@@ -81,6 +81,7 @@ class Served:
     """One request's life on a worker."""
 
     index: int  # the request's place in the trace
+    workflow: str
     worker: int
     arrival: float
     prompt_tokens: int
@@ -401,7 +402,6 @@ def serve_trace(
     for workflow, events in by_workflow.items():
         heapq.heappush(due, (events[0].ts * time_scale, next(sequence), workflow))
     served_by: dict[str, set[int]] = {}
-    owner: dict[int, str] = {}  # id(Served) -> workflow
 
     def release(workflow: str, at: float) -> None:
         events = by_workflow[workflow]
@@ -429,8 +429,7 @@ def serve_trace(
             tags = request_tags(event, enc)
             worker = pool[choice]
             worker.policy.on_request(tags, at)
-            served = Served(index, choice, at, enc.prompt_len, max(1, len(enc.tokens) - enc.prompt_len))
-            owner[id(served)] = workflow
+            served = Served(index, workflow, choice, at, enc.prompt_len, max(1, len(enc.tokens) - enc.prompt_len))
             worker.enqueue(served, enc, tags)
             if on_request is not None:
                 on_request()
@@ -438,7 +437,7 @@ def serve_trace(
             if worker.busy_until <= now and not worker.idle:
                 # finished requests, and requests refused at admission (their workflows go on without them)
                 for served in worker.step(now):
-                    release(owner.pop(id(served)), served.finished)
+                    release(served.workflow, served.finished)
                     if on_finish is not None:
                         on_finish(served)
         upcoming = [w.busy_until for w in pool if not w.idle and w.busy_until > now]
