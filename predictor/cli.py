@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agentcache.predictor.base import DEFAULT_HORIZON
 from agentcache.trace import Trace, read_trace
@@ -78,7 +78,7 @@ def _guarded(command: str, handler: Callable[[argparse.Namespace], int], args: a
     try:
         return handler(args)
     except InputError as exc:
-        console.print(f"[red]agentcache {command}: {escape(str(exc))}[/red]", soft_wrap=True)
+        console.print(f"agentcache {command}: {exc}", style="red", soft_wrap=True, markup=False, highlight=False)
         return USAGE_ERROR
 
 
@@ -121,6 +121,7 @@ def _run_train(args: argparse.Namespace) -> int:
         f"semantic vectors {'of ' + str(predictor.hidden_dim) if predictor.hidden_dim else 'none'}, "
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} epochs",
         soft_wrap=True,
+        markup=False,
     )
     return 0
 
@@ -144,7 +145,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json()))
         return 0
-    table = Table(title=args.predictor)
+    table = Table(title=Text(args.predictor))
     table.add_column("k", justify="right")
     table.add_column("top-1", justify="right")
     table.add_column("log-loss", justify="right")
@@ -156,5 +157,6 @@ def _run_eval(args: argparse.Namespace) -> int:
         f"{args.trace}: {result.states} workflow states, "
         f"{result.infer_ms:.3f} ms per forecast ({result.infer_cpu_ms:.3f} ms CPU)",
         soft_wrap=True,
+        markup=False,
     )
     return 0

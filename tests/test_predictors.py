@@ -330,18 +330,20 @@ def _cli(argv):
 
 
 def test_cli_trains_and_evaluates(tmp_path, capsys):
-    train, test, model = tmp_path / "train.jsonl", tmp_path / "test.jsonl", tmp_path / "m.pt"
+    # Brackets in paths are the user's text, not rich markup (which dropped "[x]" from what was printed).
+    train, test, model = tmp_path / "train.jsonl", tmp_path / "[x]test.jsonl", tmp_path / "[x]m.pt"
     write_trace(train, generate("code-retry", GenConfig(workflows=20, seed=1)))
     write_trace(test, generate("code-retry", GenConfig(workflows=10, seed=2)))
     assert _cli(["train", str(train), "-o", str(model), "--epochs", "2", "--quiet"]) == 0
-    capsys.readouterr()
+    assert f"wrote {model}:" in capsys.readouterr().err
     for spec in (f"neural:{model}", "markov", "static"):
         assert _cli(["eval-predictor", str(test), "--predictor", spec, "--train", str(train), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["predictor"] == spec and len(report["top1"]) == len(report["log_loss"]) == DEFAULT_HORIZON
         assert report["infer_ms"] > 0
     assert _cli(["eval-predictor", str(test), "--predictor", "markov-n:2"]) == 0
-    assert "top-1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "top-1" in out and f"{test}: " in out
 
 
 def test_cli_bad_inputs_give_one_line_and_status_2(tmp_path, capsys):
