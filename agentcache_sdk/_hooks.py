@@ -9,7 +9,8 @@ request. Only requests to the configured agentcache server are touched: no
 other endpoint ever sees the extra fields.
 
 The routing key (``x-smg-routing-key``, read by sglang-router's manual
-policy) is the workflow id, unless the server is an agentcache cluster and
+policy) is the workflow id (percent-encoded where it is not ASCII: a header
+value must be, and httpx refuses to send one that is not), unless the server is an agentcache cluster and
 the routing is ``workflow-aware`` (the default): then httpx's send, which
 every request goes through (the openai SDK's too), replaces it with the slot
 agentcache_sdk._routing chooses, and hands the answer back to it.
@@ -22,6 +23,7 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -62,9 +64,15 @@ def tags_for(path: str, body: Mapping[str, Any]) -> Tags | None:
     return Tags(workflow=workflow_id, agent=agent, agent_name=name, fixed_messages=fixed_messages)
 
 
+def routing_key(workflow: str) -> str:
+    """The workflow's routing key: its id, percent-encoded where it is not ASCII (a workflow named in Chinese or
+    Cyrillic is valid, a header value with it is not)."""
+    return workflow if workflow.isascii() else quote(workflow, safe="")
+
+
 def _routing_headers(tags: Tags) -> dict[str, str]:
     wire = json.dumps(tags.to_wire(), ensure_ascii=True, separators=(",", ":"))
-    return {ROUTING_HEADER: tags.workflow, HEADER: wire}
+    return {ROUTING_HEADER: routing_key(tags.workflow), HEADER: wire}
 
 
 def _tags_in(body: Mapping[str, Any]) -> Any:
@@ -166,7 +174,7 @@ def _retag(request: httpx.Request) -> Retagged:
         if (
             ctx is not None
             and ctx.id == tags.workflow
-            and request.headers.get(ROUTING_HEADER, tags.workflow) == tags.workflow
+            and request.headers.get(ROUTING_HEADER) in (None, routing_key(tags.workflow))
         ):
             ticket = _routing.route(request.url.path, body, tags, authorization)
             if ticket is not None:

@@ -160,6 +160,27 @@ def test_requests_inside_a_workflow_are_tagged_outside_are_not(fake):
     assert ac.current_workflow() is None
 
 
+def test_a_workflow_named_in_any_script_is_tagged_routed_and_ended(fake):
+    """A header value must be ASCII (httpx refuses to send one that is not): a workflow named in Chinese or
+    Cyrillic made every LLM call inside it fail. Its routing key is its id percent-encoded; the tags carry the id
+    as written (JSON), and its end event reaches the server."""
+    from urllib.parse import quote
+
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    ids = []
+    with ac.workflow(name="研究"):  # the SDK makes the id: the name, then a random part
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "hi"}])
+        ids.append(ac.current_workflow().id)
+    with ac.workflow(workflow_id="задача-7"), httpx.Client() as plain:  # not through the openai SDK
+        plain.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]}).raise_for_status()
+        ids.append(ac.current_workflow().id)
+    assert ids[0].startswith("研究-") and ids[1] == "задача-7"
+    for (body, headers), wid in zip(chats(fake), ids, strict=True):
+        assert body["custom_params"]["agentcache"]["workflow"] == wid
+        assert headers["x-smg-routing-key"] == quote(wid, safe="")
+    assert ends(fake) == [quote(wid, safe="") for wid in ids]
+
+
 def test_agent_id_rule():
     tools = [{"type": "function", "function": {"name": "f"}}]
     a1, n1 = agent_of([SYSTEM, {"role": "developer", "content": "d"}, {"role": "user", "content": "u1"}])
