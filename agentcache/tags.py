@@ -127,6 +127,11 @@ def _id(obj: Mapping[str, Any], name: str, required: bool) -> str | None:
     value = obj.get(name)
     if value is None and not required:
         return None
+    return check_id(name, value)
+
+
+def check_id(name: str, value: Any) -> str:
+    """`value` if it is a valid id for the tag field `name` (1-MAX_ID_CHARS printable characters), else TagError."""
     if not isinstance(value, str) or not value:
         raise TagError(f"bad_{name}", f"'{name}' must be a non-empty string, got {type(value).__name__}")
     if len(value) > MAX_ID_CHARS:

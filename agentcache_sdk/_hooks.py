@@ -56,8 +56,10 @@ def tags_for(path: str, body: Mapping[str, Any]) -> Tags | None:
         text = body.get("text")
         head = text[:200] if isinstance(text, str) else str(body.get("input_ids", ""))[:200]
         agent, _ = agent_of([{"role": "user", "content": head}])
+    # A framework's node or role name, as the user wrote it: cut to a valid id (a control character in it would
+    # get the request's tags refused, and the request served untagged).
     name = current_agent_name()
-    name = name[:MAX_ID_CHARS] if name else None
+    name = "".join(c for c in name if c.isprintable())[:MAX_ID_CHARS] or None if name else None
     workflow_id = ctx.tag_request(name or agent)  # after an end, the call's next workflow (see _workflow)
     if workflow_id is None:
         return None

@@ -41,6 +41,7 @@ from urllib.parse import quote
 
 import httpx
 
+from agentcache.tags import MAX_ID_CHARS, check_id
 from agentcache_sdk._cluster import end_targets
 from agentcache_sdk._config import settings
 
@@ -96,7 +97,8 @@ class WorkflowContext:
                 return None
             if self.ended:
                 self._started += 1
-                self.id = f"{self._first_id}.{self._started}"
+                suffix = f".{self._started}"  # the first id cut where it must be, to stay a valid id
+                self.id = self._first_id[: MAX_ID_CHARS - len(suffix)] + suffix
                 self.ended, self.requests, self.agents = False, 0, Counter()
                 _count("workflows")
             self.requests += 1
@@ -359,11 +361,19 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
 
     A workflow started inside another one joins it: one top-level run is one workflow. After
     `end_workflow()`, the call's next request starts its next workflow (`<id>.2`), which leaving ends.
+    `workflow_id` and `name` are printable text of at most 256 characters, in any script (the wire format's
+    ids, docs/wire-format.md); anything else raises ValueError here.
     """
 
     def __init__(
         self, fn: Callable[..., Any] | None = None, *, name: str | None = None, workflow_id: str | None = None
     ):
+        # An id the server would refuse (its tags dropped, the request served untagged) or that cannot travel in a
+        # header (a line break) is the caller's mistake: said here, where it is made, not at every request.
+        if workflow_id:  # empty: one is made, as for None
+            check_id("workflow_id", workflow_id)
+        if name:
+            check_id("name", name)
         self.name = name
         self.workflow_id = workflow_id
         self._fn = fn
@@ -402,8 +412,9 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
                 hook()
             except Exception:  # an integration bug must not break the app
                 logger.debug("agentcache: a workflow start hook failed", exc_info=True)
-        prefix = f"{self.name}-" if self.name else "wf-"
-        ctx = WorkflowContext(self.workflow_id or prefix + uuid.uuid4().hex[:16], self.name)
+        random_part = uuid.uuid4().hex[:16]
+        prefix = f"{self.name[: MAX_ID_CHARS - len(random_part) - 1]}-" if self.name else "wf-"
+        ctx = WorkflowContext(self.workflow_id or prefix + random_part, self.name)
         self._scopes.append((_current.set(ctx), ctx))
         _count("workflows")
         return ctx

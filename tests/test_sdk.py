@@ -181,6 +181,26 @@ def test_a_workflow_named_in_any_script_is_tagged_routed_and_ended(fake):
     assert ends(fake) == [quote(wid, safe="") for wid in ids]
 
 
+def test_ids_the_server_would_refuse_are_refused_where_they_are_made_and_ids_the_sdk_makes_stay_valid(fake):
+    """A workflow id with a line break cannot travel in a header, and one the wire format refuses (too long,
+    control characters) would get every request served untagged: the decorator says so at once. Ids the SDK
+    makes itself (a long name's, the next workflow's after an end) and agent names stay valid tags."""
+    from agentcache.tags import parse
+
+    for bad in ({"workflow_id": "run\n7"}, {"workflow_id": "x" * 257}, {"name": "batch\tjob"}):
+        with pytest.raises(ValueError, match="workflow_id|name"):
+            ac.workflow(**bad)
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    for scope in (ac.workflow(workflow_id="y" * 256), ac.workflow(name="n" * 250)):
+        with scope, ac.agent_name("coder\x00"):
+            client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "hi"}])
+            ac.end_workflow()
+            client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "again"}])
+    sent = [parse(body["custom_params"]["agentcache"]) for body, _ in chats(fake)]  # the server's one parser
+    assert [t.agent_name for t in sent] == ["coder"] * 4
+    assert sent[1].workflow.endswith(".2") and sent[1].workflow[:-2] == sent[0].workflow[:-2]
+
+
 def test_agent_id_rule():
     tools = [{"type": "function", "function": {"name": "f"}}]
     a1, n1 = agent_of([SYSTEM, {"role": "developer", "content": "d"}, {"role": "user", "content": "u1"}])
