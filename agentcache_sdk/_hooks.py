@@ -86,13 +86,26 @@ def _tags_in(body: Mapping[str, Any]) -> Any:
     return found
 
 
-def _with_tags(path: str, body: dict[str, Any], tags: Tags) -> dict[str, Any]:
-    """The body with tags under custom_params (top level for OpenAI routes, sampling_params for /generate)."""
+def _with_tags(path: str, body: dict[str, Any], tags: Tags) -> dict[str, Any] | None:
+    """The body with tags under custom_params (top level for OpenAI routes, sampling_params for /generate); None
+    where the app's own field there is not an object (the request goes as the app wrote it, untagged: the
+    server answers it as it would have)."""
     if path.endswith("/generate"):
-        params = dict(body.get("sampling_params") or {})
-        params["custom_params"] = {**(params.get("custom_params") or {}), KEY: tags.to_wire()}
-        return {**body, "sampling_params": params}
-    return {**body, "custom_params": {**(body.get("custom_params") or {}), KEY: tags.to_wire()}}
+        params = body.get("sampling_params")
+        params = {} if params is None else params
+        if not isinstance(params, Mapping):
+            return None
+        custom = _custom_params_with(params.get("custom_params"), tags)
+        return None if custom is None else {**body, "sampling_params": {**params, "custom_params": custom}}
+    custom = _custom_params_with(body.get("custom_params"), tags)
+    return None if custom is None else {**body, "custom_params": custom}
+
+
+def _custom_params_with(custom: Any, tags: Tags) -> dict[str, Any] | None:
+    """An app's custom_params (None: it has none) with the tags added; None where they are not an object."""
+    if custom is None:
+        return {KEY: tags.to_wire()}
+    return {**custom, KEY: tags.to_wire()} if isinstance(custom, Mapping) else None
 
 
 # ---------------------------------------------------------------- openai SDK
@@ -107,8 +120,11 @@ def _tag_openai_options(client: Any, options: Any) -> None:
     tags = tags_for(options.url, body)
     if tags is None:
         return
-    extra = dict(options.extra_json or {})
-    extra["custom_params"] = {**(extra.get("custom_params") or body.get("custom_params") or {}), KEY: tags.to_wire()}
+    extra = dict(options.extra_json) if isinstance(options.extra_json, Mapping) else {}
+    custom = _custom_params_with(extra.get("custom_params") or body.get("custom_params"), tags)
+    if custom is None:
+        return
+    extra["custom_params"] = custom
     options.extra_json = extra
     headers = dict(options.headers) if isinstance(options.headers, Mapping) else {}
     options.headers = {**headers, **_routing_headers(tags)}
@@ -185,7 +201,10 @@ def _retag(request: httpx.Request) -> Retagged:
     tags = tags_for(request.url.path, body)
     if tags is None:
         return request, body, None, None
-    body = _with_tags(request.url.path, body, tags)
+    tagged_body = _with_tags(request.url.path, body, tags)
+    if tagged_body is None:
+        return request, body, None, None
+    body = tagged_body
     headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
     headers.update(_routing_headers(tags))
     ticket = _routing.route(request.url.path, body, tags, authorization)

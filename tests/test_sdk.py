@@ -201,6 +201,27 @@ def test_ids_the_server_would_refuse_are_refused_where_they_are_made_and_ids_the
     assert sent[1].workflow.endswith(".2") and sent[1].workflow[:-2] == sent[0].workflow[:-2]
 
 
+def test_a_request_whose_custom_params_are_not_an_object_goes_as_written(fake):
+    """The SDK adds its tags to the app's custom_params; where the app put something else there (a string, a
+    number), merging raised inside the app's call. Such a request goes as the app wrote it, untagged: the
+    server answers it as it would have."""
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    with ac.workflow(), httpx.Client() as plain:
+        client.chat.completions.create(model="m", messages=[SYSTEM], extra_body={"custom_params": "mine"})
+        plain.post(
+            f"{fake.url}/v1/chat/completions", json={"messages": [SYSTEM], "custom_params": 7}
+        ).raise_for_status()
+        plain.post(f"{fake.url}/generate", json={"text": "hi", "sampling_params": 5}).raise_for_status()
+        plain.post(f"{fake.url}/generate", json={"text": "hi", "sampling_params": {"custom_params": []}})
+    sent = [(path, body) for path, body, _ in fake.requests if not path.endswith("/end")]
+    assert sent == [
+        ("/v1/chat/completions", {"model": "m", "messages": [SYSTEM], "custom_params": "mine"}),
+        ("/v1/chat/completions", {"messages": [SYSTEM], "custom_params": 7}),
+        ("/generate", {"text": "hi", "sampling_params": 5}),
+        ("/generate", {"text": "hi", "sampling_params": {"custom_params": []}}),
+    ]
+
+
 def test_agent_id_rule():
     tools = [{"type": "function", "function": {"name": "f"}}]
     a1, n1 = agent_of([SYSTEM, {"role": "developer", "content": "d"}, {"role": "user", "content": "u1"}])
