@@ -121,16 +121,17 @@ def current_workflow() -> WorkflowContext | None:
 
 
 def current_agent_name() -> str | None:
-    """The framework's name for the agent now calling the LLM, when an integration knows it."""
+    """The framework's name for the agent now calling the LLM, when an integration knows it (a name that is not
+    a non-empty string, `agent_name(7)` or a provider's slip, counts as none: it must not break the request)."""
     name = _agent_name.get()
-    if name is not None:
+    if isinstance(name, str) and name:
         return name
     for provider in _name_providers:
         try:
             name = provider()
         except Exception:  # an integration bug must not break the app's request
             name = None
-        if name:
+        if isinstance(name, str) and name:
             return name
     return None
 

@@ -222,6 +222,18 @@ def test_a_request_whose_custom_params_are_not_an_object_goes_as_written(fake):
     ]
 
 
+def test_an_agent_name_that_is_not_text_is_no_name_not_a_failed_request(fake):
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    ac.add_agent_name_provider(lambda: 42)  # an integration's slip
+    try:
+        with ac.workflow(), ac.agent_name(7):  # type: ignore[arg-type]
+            client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "hi"}])
+    finally:
+        _workflow._name_providers.pop()
+    ((body, _),) = chats(fake)
+    assert "agent_name" not in body["custom_params"]["agentcache"]
+
+
 def test_agent_id_rule():
     tools = [{"type": "function", "function": {"name": "f"}}]
     a1, n1 = agent_of([SYSTEM, {"role": "developer", "content": "d"}, {"role": "user", "content": "u1"}])
