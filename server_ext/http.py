@@ -531,7 +531,8 @@ def add_routes(app: Any) -> None:
         ranks = answer.get("ranks", [answer])
         return {"status": "ok", "policy": ranks[0]["policy"], "schedulers": len(ranks)}
 
-    app.add_api_route("/agentcache/v1/workflows/{workflow_id}/end", end_workflow, methods=["POST"])
-    app.add_api_route("/agentcache/v1/workflows/{workflow_id}", workflow, methods=["GET"])
+    # `path`: the server decodes the path before routing, so a workflow id with a "/" (sent as %2F) spans segments.
+    app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}/end", end_workflow, methods=["POST"])
+    app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}", workflow, methods=["GET"])
     app.add_api_route("/agentcache/v1/stats", stats, methods=["GET"])
     app.add_api_route("/agentcache/v1/health", health, methods=["GET"])

@@ -78,6 +78,17 @@ def test_an_ended_workflows_private_nodes_go_before_an_active_ones(server):
     end(server, "evict-C")
 
 
+def test_a_workflow_id_with_a_slash_or_in_any_script_is_viewed_and_ended(server):
+    """The SDK puts the workflow id in the end event's path percent-encoded (a "/" as %2F); the server decodes
+    the path before routing, so an id with a "/" in it matched no route and its end never arrived."""
+    from urllib.parse import quote
+
+    for workflow in ("team/run-1", "研究-1"):
+        generate(server, ids(f"slash-{workflow}", 40), {"v": 1, "workflow": workflow, "agent": "a:slash"})
+        assert view(server, quote(workflow, safe=""))["active"]
+        assert end(server, quote(workflow, safe="")) == {"workflow": workflow, "ended": True}
+
+
 def test_health_and_stats_answer(server):
     health = server.client.get("/agentcache/v1/health", timeout=30).json()
     assert health == {"status": "ok", "policy": "pbkv", "schedulers": 1}
