@@ -31,7 +31,7 @@ from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, agent_of,
 from agentcache_sdk import _routing
 from agentcache_sdk._config import settings
 from agentcache_sdk._routing import Ticket
-from agentcache_sdk._workflow import current_agent_name, current_workflow, end_observers
+from agentcache_sdk._workflow import _warn_once, current_agent_name, current_workflow, end_observers, logger
 
 ROUTING_HEADER = "x-smg-routing-key"  # sglang-router (manual policy) pins each key to one worker
 _TAGGED_PATHS = ("/chat/completions", "/generate")
@@ -125,9 +125,25 @@ def _tag_openai_options(client: Any, options: Any) -> None:
     if custom is None:
         return
     extra["custom_params"] = custom
-    options.extra_json = extra
     headers = dict(options.headers) if isinstance(options.headers, Mapping) else {}
-    options.headers = {**headers, **_routing_headers(tags)}
+    headers.update(_routing_headers(tags))
+    options.extra_json, options.headers = extra, headers  # all or nothing
+
+
+def _tag_openai_options_or_leave(client: Any, options: Any) -> None:
+    try:
+        _tag_openai_options(client, options)
+    except Exception:  # a bug of ours must not fail the app's request: it goes as the app wrote it
+        _tagging_failed()
+
+
+def _tagging_failed() -> None:
+    logger.debug("agentcache: tagging a request failed", exc_info=True)
+    _warn_once(
+        "tagging_failures",
+        "agentcache: tagging a request failed (a bug: please report it); the request was sent untagged, as the app"
+        " wrote it; counted in agentcache_sdk.stats()['tagging_failures']",
+    )
 
 
 def _install_openai() -> None:
@@ -140,12 +156,12 @@ def _install_openai() -> None:
 
     def _prepare_options(self: Any, options: Any) -> Any:
         options = sync_original(self, options)
-        _tag_openai_options(self, options)
+        _tag_openai_options_or_leave(self, options)
         return options
 
     async def _prepare_options_async(self: Any, options: Any) -> Any:
         options = await async_original(self, options)
-        _tag_openai_options(self, options)
+        _tag_openai_options_or_leave(self, options)
         return options
 
     SyncAPIClient._prepare_options = _prepare_options
@@ -207,13 +223,22 @@ def _retag(request: httpx.Request) -> Retagged:
     body = tagged_body
     headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
     headers.update(_routing_headers(tags))
-    ticket = _routing.route(request.url.path, body, tags, authorization)
-    if ticket is not None:
-        headers[ROUTING_HEADER] = ticket.key
     tagged = httpx.Request(
         request.method, request.url, headers=headers, content=json.dumps(body).encode(), extensions=request.extensions
     )
+    # Routed last: a ticket is handed back only once the request was sent, so nothing may fail after it is taken.
+    ticket = _routing.route(request.url.path, body, tags, authorization)
+    if ticket is not None:
+        tagged.headers[ROUTING_HEADER] = ticket.key
     return tagged, body, tags, ticket
+
+
+def _retag_or_leave(request: httpx.Request) -> Retagged:
+    try:
+        return _retag(request)
+    except Exception:  # a bug of ours must not fail the app's request: it goes as the app wrote it
+        _tagging_failed()
+        return request, None, None, None
 
 
 def _observe(
@@ -400,7 +425,7 @@ def _install_httpx() -> None:
     # (streamed answers: the openai SDK closes them once read), or when sending or reading it failed.
 
     def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        request, body, tags, ticket = _retag(request)
+        request, body, tags, ticket = _retag_or_leave(request)
         sent_at = time.monotonic()
         try:
             response = sync_send(self, request, **kwargs)
@@ -420,7 +445,7 @@ def _install_httpx() -> None:
         return response
 
     async def send_async(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        request, body, tags, ticket = _retag(request)
+        request, body, tags, ticket = _retag_or_leave(request)
         sent_at = time.monotonic()
         try:
             response = await async_send(self, request, **kwargs)

@@ -316,7 +316,7 @@ def _end(ctx: WorkflowContext, returned: bool) -> None:
     _sender.submit(workflow_id, _headers(ctx.authorization))
 
 
-STAT_KEYS = ("workflows", "ended", "empty_workflows", "dropped_ends", "end_failures", "unreachable")
+STAT_KEYS = ("workflows", "ended", "empty_workflows", "dropped_ends", "end_failures", "unreachable", "tagging_failures")
 
 
 def stats() -> dict[str, int]:
@@ -326,7 +326,8 @@ def stats() -> dict[str, int]:
     acknowledged; empty_workflows: workflows ended without a tagged request, so without an end event;
     dropped_ends: end events not delivered, the server being unreachable or the exit wait over;
     end_failures: end events the server kept failing; unreachable: times a server was found unreachable;
-    pending_ends: end events not sent yet.
+    tagging_failures: requests sent untagged because tagging them failed (a bug); pending_ends: end events not
+    sent yet.
     """
     with _lock:
         return {**dict.fromkeys(STAT_KEYS, 0), **counters, "pending_ends": _sender.pending()}

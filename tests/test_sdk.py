@@ -234,6 +234,28 @@ def test_an_agent_name_that_is_not_text_is_no_name_not_a_failed_request(fake):
     assert "agent_name" not in body["custom_params"]["agentcache"]
 
 
+def test_a_fault_in_tagging_sends_the_request_as_the_app_wrote_it_and_is_counted(fake, monkeypatch):
+    """Whatever goes wrong inside the SDK's tagging, the app's request goes out untouched (a bug of ours once
+    raised inside the app's call, for non-ASCII workflow ids); the failure is counted and said once."""
+    from agentcache_sdk import _hooks
+
+    def broken(path, body):
+        raise RuntimeError("a bug in tagging")
+
+    monkeypatch.setattr(_hooks, "tags_for", broken)
+    before = ac.stats()["tagging_failures"]
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    with ac.workflow(), httpx.Client() as plain:
+        client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "hi"}])
+        plain.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]}).raise_for_status()
+    assert [body for body, _ in chats(fake)] == [
+        {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "hi"}]},
+        {"model": "m", "messages": [SYSTEM]},
+    ]
+    assert all("x-smg-routing-key" not in headers for _, headers in chats(fake))
+    assert ac.stats()["tagging_failures"] > before
+
+
 def test_agent_id_rule():
     tools = [{"type": "function", "function": {"name": "f"}}]
     a1, n1 = agent_of([SYSTEM, {"role": "developer", "content": "d"}, {"role": "user", "content": "u1"}])
