@@ -10,10 +10,11 @@ other endpoint ever sees the extra fields.
 
 The routing key (``x-smg-routing-key``, read by sglang-router's manual
 policy) is the workflow id (percent-encoded where it is not ASCII: a header
-value must be, and httpx refuses to send one that is not), unless the server is an agentcache cluster and
-the routing is ``workflow-aware`` (the default): then httpx's send, which
-every request goes through (the openai SDK's too), replaces it with the slot
-agentcache_sdk._routing chooses, and hands the answer back to it.
+value must be), unless the server is an agentcache cluster and the routing
+is ``workflow-aware`` (the default): then httpx's send, which every request
+goes through (the openai SDK's too), replaces it with the slot
+agentcache_sdk._routing chooses, and hands the answer back to it. Whatever
+fails inside tagging, the request goes out as the app wrote it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def tags_for(path: str, body: Mapping[str, Any]) -> Tags | None:
     # A framework's node or role name, as the user wrote it: cut to a valid id (a control character in it would
     # get the request's tags refused, and the request served untagged).
     name = current_agent_name()
-    name = "".join(c for c in name if c.isprintable())[:MAX_ID_CHARS] or None if name else None
+    if name:
+        name = "".join(c for c in name if c.isprintable())[:MAX_ID_CHARS] or None
     workflow_id = ctx.tag_request(name or agent)  # after an end, the call's next workflow (see _workflow)
     if workflow_id is None:
         return None
