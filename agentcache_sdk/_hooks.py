@@ -32,7 +32,7 @@ from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, agent_of,
 from agentcache_sdk import _routing
 from agentcache_sdk._config import settings
 from agentcache_sdk._routing import Ticket
-from agentcache_sdk._workflow import _warn_once, current_agent_name, current_workflow, end_observers, logger
+from agentcache_sdk._workflow import _warn_once, current_agent_name, current_workflow, end_observers, logger, notify
 
 ROUTING_HEADER = "x-smg-routing-key"  # sglang-router (manual policy) pins each key to one worker
 _TAGGED_PATHS = ("/chat/completions", "/generate")
@@ -265,7 +265,7 @@ def _observe(
         ticket.done(prompt, cached, completion)
     if tags is not None:
         for observer in list(observers):
-            observer(sent_at, body, data, tags)
+            notify(observer, sent_at, body, data, tags)
 
 
 def _usage_of(data: dict[str, Any]) -> tuple[int | None, int | None, int | None]:

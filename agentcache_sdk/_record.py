@@ -69,8 +69,10 @@ class Recorder:
             segments.append(_segment("tools", _text(body["tools"])))
             fixed += 1
         segments += [message_segment(m) for m in messages if isinstance(m, Mapping)]
-        choices = response.get("choices") or [{}]
-        reply = (choices[0].get("message") or {}).get("content") or ""
+        choices = response.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+        message = first.get("message")
+        reply = (message.get("content") if isinstance(message, Mapping) else None) or ""
         output = _segment("assistant", _text(reply)) if reply else None
         with self._lock:
             self._writer.write(

@@ -312,11 +312,34 @@ def _end(ctx: WorkflowContext, returned: bool) -> None:
         _count("empty_workflows")  # the server never saw it: nothing to end there
         return
     for observer in list(end_observers):
-        observer(workflow_id)
+        notify(observer, workflow_id)
     _sender.submit(workflow_id, _headers(ctx.authorization))
 
 
-STAT_KEYS = ("workflows", "ended", "empty_workflows", "dropped_ends", "end_failures", "unreachable", "tagging_failures")
+def notify(observer: Callable[..., object], *args: Any) -> None:
+    """Hand an event to an observer (the recorder): one that fails (a full disk) must not fail the app's request
+    or its workflow; counted, and said once."""
+    try:
+        observer(*args)
+    except Exception as exc:
+        logger.debug("agentcache: an observer failed", exc_info=True)
+        _warn_once(
+            "observer_failures",
+            f"agentcache: an observer of the SDK's traffic (the trace recorder) failed ({exc!r}); the app went on,"
+            " the event is missing from what it records; counted in agentcache_sdk.stats()['observer_failures']",
+        )
+
+
+STAT_KEYS = (
+    "workflows",
+    "ended",
+    "empty_workflows",
+    "dropped_ends",
+    "end_failures",
+    "unreachable",
+    "tagging_failures",
+    "observer_failures",
+)
 
 
 def stats() -> dict[str, int]:
@@ -326,8 +349,8 @@ def stats() -> dict[str, int]:
     acknowledged; empty_workflows: workflows ended without a tagged request, so without an end event;
     dropped_ends: end events not delivered, the server being unreachable or the exit wait over;
     end_failures: end events the server kept failing; unreachable: times a server was found unreachable;
-    tagging_failures: requests sent untagged because tagging them failed (a bug); pending_ends: end events not
-    sent yet.
+    tagging_failures: requests sent untagged because tagging them failed (a bug); observer_failures: events an
+    observer (the trace recorder) failed to take; pending_ends: end events not sent yet.
     """
     with _lock:
         return {**dict.fromkeys(STAT_KEYS, 0), **counters, "pending_ends": _sender.pending()}

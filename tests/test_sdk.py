@@ -492,6 +492,32 @@ def test_recorder_writes_a_replayable_trace(fake, tmp_path):
     assert second.segments[len(first.segments)].content_id == first.output_id, "the reply comes back as the output"
 
 
+def test_a_recorder_that_fails_loses_its_events_not_the_apps_requests(fake, tmp_path):
+    """The recorder writes as events happen; a full disk there raised inside the app's LLM call and out of its
+    workflow. The app goes on; the failures are counted. An answer of an odd shape is recorded, not fatal."""
+    from agentcache.tags import Tags
+
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    before = ac.stats()["observer_failures"]
+    with ac.record(tmp_path / "full.jsonl") as recorder:
+
+        def disk_full(event):  # noqa: ANN001
+            raise OSError(28, "No space left on device")
+
+        recorder._writer.write = disk_full
+        with ac.workflow():
+            reply = client.chat.completions.create(model="m", messages=[SYSTEM]).choices[0].message.content
+    assert reply == "reply to 1"
+    assert ac.stats()["observer_failures"] == before + 2  # the request and the workflow's end
+
+    path = tmp_path / "odd.jsonl"
+    with ac.record(path) as recorder:
+        tags = Tags(workflow="w", agent="a:1", fixed_messages=1)
+        recorder.on_request(0.0, {"messages": [SYSTEM]}, {"choices": ["not an object"]}, tags)
+    (request,) = read_trace(path).requests
+    assert request.output == 1 and request.output_id is None
+
+
 def test_recorder_and_usage_read_streamed_answers_too(fake, tmp_path):
     """Agent apps stream (the demo does, LangGraph can): a streamed answer is recorded with its reply and
     its usage counted, from the sync and the async openai client alike."""
