@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -41,6 +42,19 @@ class Settings:
         return (parts.scheme, parts.hostname or "", port) == self.origin()
 
 
+def _seconds(variable: str, default: float) -> float:
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0.0:  # NaN, or a typo: said at import, naming the variable
+        raise ValueError(f"{variable}: expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def _from_env() -> Settings:
     base = os.environ.get("AGENTCACHE_BASE_URL", DEFAULT_BASE_URL).rstrip("/")
     if base.endswith("/v1"):
@@ -48,7 +62,7 @@ def _from_env() -> Settings:
     return Settings(
         base_url=base,
         api_key=os.environ.get("AGENTCACHE_API_KEY"),
-        exit_timeout_s=float(os.environ.get("AGENTCACHE_EXIT_TIMEOUT_S", DEFAULT_EXIT_TIMEOUT_S)),
+        exit_timeout_s=_seconds("AGENTCACHE_EXIT_TIMEOUT_S", DEFAULT_EXIT_TIMEOUT_S),
         routing=check_routing(os.environ.get("AGENTCACHE_ROUTING") or DEFAULT_ROUTING, "AGENTCACHE_ROUTING"),
     )
 

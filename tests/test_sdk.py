@@ -460,6 +460,11 @@ def test_workflow_affinity_is_a_setting_and_unknown_routings_are_refused(fake, m
     assert _config._from_env().routing == "workflow-affinity"
     monkeypatch.delenv("AGENTCACHE_ROUTING")
     assert _config._from_env().routing == "workflow-aware", "the default"
+    monkeypatch.setenv("AGENTCACHE_EXIT_TIMEOUT_S", "2s")  # a typo names its variable, not just "float()"
+    with pytest.raises(ValueError, match="AGENTCACHE_EXIT_TIMEOUT_S: expected a number of seconds >= 0, got '2s'"):
+        _config._from_env()
+    monkeypatch.setenv("AGENTCACHE_EXIT_TIMEOUT_S", "0.5")
+    assert _config._from_env().exit_timeout_s == 0.5
 
 
 def test_an_unreachable_server_never_breaks_the_app(fake, caplog):
