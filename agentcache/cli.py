@@ -377,8 +377,20 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
+    from agentcache.server_ext.config import DEFAULT_LEASE_S, ConfigError, PluginConfig
     from agentcache.server_ext.launcher import ServeOptions, serve_forever
 
+    # Said before SGLang starts (tens of seconds), by the plugin's own checks: not after, as SGLang's traceback
+    # or a server that says it serves a port no socket has (99999).
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be in 1-65535, got {args.port}")
+    if args.max_total_tokens is not None and args.max_total_tokens < 1:
+        raise UsageError(f"--max-total-tokens must be >= 1 token, got {args.max_total_tokens}")
+    lease = str(args.lease if args.lease is not None else DEFAULT_LEASE_S)
+    try:
+        PluginConfig.checked(args.policy, lease, args.call_graph, args.predictor, "conservative")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     extra = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     opts = ServeOptions(
         model_path=args.model_path,

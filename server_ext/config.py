@@ -40,7 +40,20 @@ class PluginConfig:
     @classmethod
     def from_env(cls) -> PluginConfig:
         """The settings, checked: a bad one raises ConfigError naming the variable (or flag) and what is wrong."""
-        raw_policy = os.environ.get(POLICY_ENV, DEFAULT_POLICY)
+        return cls.checked(
+            os.environ.get(POLICY_ENV, DEFAULT_POLICY),
+            os.environ.get(LEASE_ENV, str(DEFAULT_LEASE_S)),
+            os.environ.get(CALL_GRAPH_ENV) or None,
+            os.environ.get(PREDICTOR_ENV) or None,
+            os.environ.get(PREFETCH_ENV, "conservative"),
+        )
+
+    @classmethod
+    def checked(
+        cls, raw_policy: str, raw_lease: str, path: str | None, raw_predictor: str | None, prefetch: str
+    ) -> PluginConfig:
+        """The settings from their text (what the variables hold): `agentcache serve` checks its flags with this
+        before it starts SGLang, the plugin its environment when SGLang loads it."""
         try:
             policy = PolicySpec.parse(raw_policy)
         except PolicyConfigError as exc:
@@ -51,18 +64,15 @@ class PluginConfig:
                 " or a pbkv/ variant (prefetch is --agentcache-prefetch; SGLang's own strategies need no plugin:"
                 " --radix-eviction-policy)"
             )
-        raw = os.environ.get(LEASE_ENV, str(DEFAULT_LEASE_S))
         try:
-            lease = float(raw)
+            lease = float(raw_lease)
         except ValueError:
-            raise ConfigError(f"{LEASE_ENV}={raw!r} is not a number of seconds") from None
+            raise ConfigError(f"{LEASE_ENV}={raw_lease!r} is not a number of seconds") from None
         if lease <= 0:
             raise ConfigError(f"{LEASE_ENV} must be > 0, got {lease}")
-        path = os.environ.get(CALL_GRAPH_ENV) or None
         graph = load_call_graph(path) if path else None
         if policy.name == "kvflow" and graph is None:
             raise ConfigError(f"kvflow needs a static call graph: set {CALL_GRAPH_ENV} (--agentcache-call-graph)")
-        raw_predictor = os.environ.get(PREDICTOR_ENV) or None
         predictor = None
         if raw_predictor is not None:
             try:
@@ -70,7 +80,6 @@ class PluginConfig:
                 predictor.build(graph)  # a missing or damaged model file fails here, at start-up, by name
             except (ValueError, OSError) as exc:
                 raise ConfigError(f"{PREDICTOR_ENV}={raw_predictor!r}: {exc}") from None
-        prefetch = os.environ.get(PREFETCH_ENV, "conservative")
         if prefetch not in PREFETCH_MODES:
             raise ConfigError(f"{PREFETCH_ENV}={prefetch!r}: choose from {', '.join(PREFETCH_MODES)}")
         return cls(policy, lease, graph, path, predictor, prefetch)
