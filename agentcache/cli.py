@@ -26,6 +26,15 @@ class UsageError(Exception):
     """A bad argument or input file: printed as one line, exit status 2."""
 
 
+def _check_server_flags(port: int, capacity: int | None, capacity_flag: str = "--capacity") -> None:
+    """What a command that starts a server takes: said before SGLang starts (tens of seconds), not after as its
+    traceback, or not at all (a port past 65535 was reported as served)."""
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port must be in 1-65535, got {port}")
+    if capacity is not None and capacity < 1:
+        raise UsageError(f"{capacity_flag} must be >= 1 token, got {capacity}")
+
+
 # ---------------------------------------------------------------- gen
 
 
@@ -380,13 +389,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     from agentcache.server_ext.config import DEFAULT_LEASE_S, ConfigError, PluginConfig
     from agentcache.server_ext.launcher import ServeOptions, serve_forever
 
-    # Said before SGLang starts (tens of seconds), by the plugin's own checks: not after, as SGLang's traceback
-    # or a server that says it serves a port no socket has (99999).
-    if not 1 <= args.port <= 65535:
-        raise UsageError(f"--port must be in 1-65535, got {args.port}")
-    if args.max_total_tokens is not None and args.max_total_tokens < 1:
-        raise UsageError(f"--max-total-tokens must be >= 1 token, got {args.max_total_tokens}")
-    lease = str(args.lease if args.lease is not None else DEFAULT_LEASE_S)
+    _check_server_flags(args.port, args.max_total_tokens, "--max-total-tokens")
+    lease = str(args.lease if args.lease is not None else DEFAULT_LEASE_S)  # the plugin's own checks, at once
     try:
         PluginConfig.checked(args.policy, lease, args.call_graph, args.predictor, "conservative")
     except ConfigError as exc:
@@ -477,6 +481,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     policies = tuple(spec.text for spec in specs)
     if args.workflows < 1 or args.concurrency < 1 or args.repeat < 1:
         raise UsageError("--workflows, --concurrency and --repeat must be >= 1")
+    _check_server_flags(args.port, args.capacity)
     if args.record and all(runs_on_plain_sglang(spec) for spec in specs):
         raise UsageError(f"--record: {args.policies} runs on plain SGLang only, whose requests are not tagged")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-demo-")
@@ -642,6 +647,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be > 0")
     if args.workflows is not None and args.workflows < 1:
         raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
+    _check_server_flags(args.port, args.capacity)
     if args.trace:
         try:
             trace = read_trace(args.trace)

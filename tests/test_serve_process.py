@@ -141,6 +141,9 @@ def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
     [
         (["--port", "99999"], "--port must be in 1-65535, got 99999"),
         (["--max-total-tokens", "-5"], "--max-total-tokens must be >= 1 token, got -5"),
+        (["demo", "--port", "0"], "--port must be in 1-65535, got 0"),
+        (["demo", "--capacity", "-1"], "--capacity must be >= 1 token, got -1"),
+        (["bench", "--port", "70000"], "--port must be in 1-65535, got 70000"),
         (["--policy", "nope"], "unknown policy 'nope'"),
         (["--policy", "lfu", "--workers", "2"], "the plugin runs lru, lifecycle"),
         (["--lease", "0"], "must be > 0"),
@@ -148,13 +151,14 @@ def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
         (["--predictor", "neural:/absent.pt"], "no neural predictor file at /absent.pt"),
     ],
 )
-def test_bad_serve_flags_are_refused_at_once_by_the_plugins_own_checks(args, message, capsys):
-    """Before, SGLang started first (12-50 s) and the error came as its traceback, or not at all: a port past
-    65535 was reported as served."""
+def test_bad_server_flags_are_refused_at_once_by_the_plugins_own_checks(args, message, capsys):
+    """`agentcache serve`, `demo` and `bench` start servers. Before, SGLang started first (12-50 s) and the error
+    came as its traceback, or not at all: `serve --port 99999` was reported as served."""
     from agentcache.cli import main
 
     started = time.monotonic()
-    assert main(["serve", *args]) == 2
+    command = args if args[0] in ("demo", "bench") else ["serve", *args]
+    assert main(command) == 2
     err = capsys.readouterr().err
     assert message in err.replace("\n", "") and "Traceback" not in err
     assert time.monotonic() - started < 10, "refused before any server started"
