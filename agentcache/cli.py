@@ -11,6 +11,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 
@@ -33,6 +34,18 @@ def _check_server_flags(port: int, capacity: int | None, capacity_flag: str = "-
         raise UsageError(f"--port must be in 1-65535, got {port}")
     if capacity is not None and capacity < 1:
         raise UsageError(f"{capacity_flag} must be >= 1 token, got {capacity}")
+
+
+def _check_output(flag: str, path: str | None) -> None:
+    """A file the command writes at its end, checked at its start: a missing folder made a whole run end in a
+    traceback, and a folder given as the file was written beside it (matplotlib: `<folder>.png`)."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory")
+    if not target.parent.is_dir():
+        raise UsageError(f"{flag} {path}: no such directory")
 
 
 # ---------------------------------------------------------------- gen
@@ -88,6 +101,7 @@ def _run_gen(args: argparse.Namespace) -> int:
     from agentcache.workloads import generate
     from agentcache.workloads.common import GenConfig
 
+    _check_output("-o", args.output)
     try:
         cfg = GenConfig(
             workflows=args.workflows,
@@ -186,6 +200,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     from agentcache.trace import TraceError, read_trace
 
     capacities = _parse_capacities(args.capacity)
+    _check_output("--plot", args.plot)
     try:
         trace = read_trace(args.trace)
     except (TraceError, OSError) as exc:
@@ -482,6 +497,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     if args.workflows < 1 or args.concurrency < 1 or args.repeat < 1:
         raise UsageError("--workflows, --concurrency and --repeat must be >= 1")
     _check_server_flags(args.port, args.capacity)
+    _check_output("--record", args.record)
     if args.record and all(runs_on_plain_sglang(spec) for spec in specs):
         raise UsageError(f"--record: {args.policies} runs on plain SGLang only, whose requests are not tagged")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-demo-")
@@ -648,6 +664,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.workflows is not None and args.workflows < 1:
         raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
     _check_server_flags(args.port, args.capacity)
+    _check_output("--plot", args.plot)
     if args.trace:
         try:
             trace = read_trace(args.trace)

@@ -349,6 +349,31 @@ def test_cli_replay_json_and_errors(tmp_path, capsys, small_traces):
     assert plot.stat().st_size > 10_000
 
 
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["gen", "code-retry", "-o", "{missing}/t.jsonl"], "-o {missing}/t.jsonl: no such directory"),
+        (["replay", "{trace}", "--capacity", "5000", "--plot", "{missing}/p.png"], "no such directory"),
+        (["replay", "{trace}", "--capacity", "5000", "--plot", "{folder}"], "--plot {folder}: is a directory"),
+        (["demo", "--record", "{missing}/r.jsonl"], "--record {missing}/r.jsonl: no such directory"),
+        (["bench", "--plot", "{folder}"], "--plot {folder}: is a directory"),
+    ],
+)
+def test_a_file_a_command_writes_at_its_end_is_checked_at_its_start(command, message, tmp_path, capsys, small_traces):
+    """A missing folder made a whole replay (or a demo's servers) end in a traceback; a folder given as the plot
+    was written beside it, as `<folder>.png`. Refused at once, in one line."""
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, small_traces["pipeline"])
+    names = {"missing": str(tmp_path / "missing"), "trace": str(trace), "folder": str(tmp_path)}
+    assert main([part.format(**names) for part in command]) == 2
+    err = capsys.readouterr().err
+    assert message.format(**names) in err.replace("\n", "") and "Traceback" not in err
+    assert not (tmp_path / "missing").exists() and not Path(f"{tmp_path}.png").exists()
+
+
 def test_cli_replay_shows_trace_names_and_paths_as_written_never_as_markup(tmp_path, capsys, small_traces):
     """A trace's name and path are the user's text: brackets in them are not rich markup, which dropped "[x]" from
     what was printed and raised on "[/]" (a closing tag with nothing open), failing the whole replay."""
