@@ -157,9 +157,13 @@ class Server:
             stdout=self._log or None,
             stderr=subprocess.STDOUT if self._log else None,
         )
-        self.wait_ready(timeout_s)
-        if self.opts.cpu_mode:
-            self.freeze_gc()
+        try:
+            self.wait_ready(timeout_s)
+            if self.opts.cpu_mode:
+                self.freeze_gc()
+        except BaseException:  # an engine that exited, a failed freeze, Ctrl-C: `with Server()` never reaches
+            self.stop()  # its __exit__ when __enter__ raises, and the server would be left running on its port
+            raise
         return self
 
     def freeze_gc(self) -> None:

@@ -162,3 +162,23 @@ def test_bad_server_flags_are_refused_at_once_by_the_plugins_own_checks(args, me
     err = capsys.readouterr().err
     assert message in err.replace("\n", "") and "Traceback" not in err
     assert time.monotonic() - started < 10, "refused before any server started"
+
+
+def test_a_server_that_fails_while_starting_is_not_left_running(tmp_path, monkeypatch):
+    """`with Server(...)` never reaches __exit__ when starting raises (an engine that exited, a failed freeze of
+    its garbage collector, Ctrl-C): the server was left running, holding its port, and the next run on that port
+    failed ("address already in use")."""
+    from agentcache.server_ext.cluster import free_port
+    from agentcache.server_ext.launcher import ServeOptions, Server
+
+    server = Server(ServeOptions(model_size="tiny", port=free_port(), log_path=str(tmp_path / "sglang.log")))
+    launched = []
+
+    def interrupted(timeout_s: float) -> None:
+        launched.append(psutil.Process(server.process.pid))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server, "wait_ready", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert server.process is None and not launched[0].is_running(), "the launched engine was stopped"
