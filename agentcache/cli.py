@@ -11,11 +11,11 @@ import json
 import sys
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich.console import Console
 
 from agentcache.policy.pbkv import DEFAULT_ORDER
+from agentcache.predictor.cli import output_problem
 from agentcache.predictor.cli import register as add_predictor_commands
 
 console = Console(stderr=True)
@@ -39,13 +39,9 @@ def _check_server_flags(port: int, capacity: int | None, capacity_flag: str = "-
 def _check_output(flag: str, path: str | None) -> None:
     """A file the command writes at its end, checked at its start: a missing folder made a whole run end in a
     traceback, and a folder given as the file was written beside it (matplotlib: `<folder>.png`)."""
-    if path is None:
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{flag} {path}: is a directory")
-    if not target.parent.is_dir():
-        raise UsageError(f"{flag} {path}: no such directory")
+    problem = None if path is None else output_problem(path)
+    if problem is not None:
+        raise UsageError(f"{flag} {path}: {problem}")
 
 
 # ---------------------------------------------------------------- gen

@@ -82,6 +82,15 @@ def _guarded(command: str, handler: Callable[[argparse.Namespace], int], args: a
         return USAGE_ERROR
 
 
+def output_problem(path: str) -> str | None:
+    """Why a command could not write the file `path` at its end (checked at its start), or None: a folder given as
+    the file, or a folder that does not exist."""
+    target = Path(path)
+    if target.is_dir():
+        return "is a directory"
+    return None if target.parent.is_dir() else "no such directory"
+
+
 def _read(paths: list[str]) -> list[Trace]:
     traces = []
     for path in paths:
@@ -103,9 +112,9 @@ def _run_train(args: argparse.Namespace) -> int:
 
     if args.epochs < 1 or args.horizon < 1:
         raise InputError("--epochs and --horizon must be >= 1")
-    output = Path(args.output)
-    if output.is_dir() or not output.parent.is_dir():
-        raise InputError(f"-o {args.output}: {'is a directory' if output.is_dir() else 'no such directory'}")
+    problem = output_problem(args.output)
+    if problem is not None:
+        raise InputError(f"-o {args.output}: {problem}")
     traces = _read(args.traces)
     try:
         predictor, losses = train_neural(

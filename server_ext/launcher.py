@@ -199,7 +199,6 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(1.0)
-        self.stop()
         raise ServerError(f"SGLang did not become ready in {timeout_s:.0f} s" + self._log_hint())
 
     def poll(self) -> int | None:
