@@ -32,6 +32,9 @@ class Recording(ThreadingHTTPServer):
         self.requests: list[tuple[str, dict, dict]] = []
         self.down = False
         self.workers: list[str] | None = None  # set: answers `GET /workers` like sglang-router with these workers
+        self.listings = 0  # `GET /workers` asked
+        # an int: `GET /workers` answers that status; a float: it hangs that many seconds
+        self.listing_fault: int | float | None = None
         self.cached_tokens: int | None = None  # set: answers report this many cached prompt tokens
 
     @property
@@ -45,6 +48,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802
         server: Recording = self.server  # type: ignore[assignment]
+        if self.path == "/workers":
+            server.listings += 1
+            fault = server.listing_fault
+            if isinstance(fault, float):
+                time.sleep(fault)
+            elif fault is not None:
+                self.send_response(fault)
+                self.end_headers()
+                return
         if self.path != "/workers" or server.workers is None:
             self.send_response(404)
             self.end_headers()
@@ -400,6 +412,44 @@ def test_behind_a_cluster_each_request_carries_the_slot_the_workflow_aware_routi
         from agentcache_sdk._routing import _routers
 
         assert _routers[fake.url].routing._workflow_slots == {}, "ended workflows are forgotten"
+    finally:
+        for worker in workers:
+            worker.shutdown()
+
+
+@pytest.mark.parametrize("fault", [503, 3.0], ids=["answering-503", "hanging"])
+def test_a_server_whose_worker_listing_fails_costs_one_short_lookup_not_one_per_request(fake, monkeypatch, fault):
+    """The request hooks ask `GET /workers` whether the server is a cluster. Where that fails (a server in trouble
+    answering 5xx, or one that hangs), each request used to ask again, waiting up to 5 s each time (in an async
+    app, with its event loop blocked) and doubling the load on the server; now the first waits at most
+    REQUEST_LOOKUP_TIMEOUT, the requests go keyed by their workflow, and the lookup is retried in the background
+    FAILED_RETRY_S later: a router that answers then is found."""
+    from agentcache_sdk import _cluster
+    from agentcache_sdk._hooks import routing_key
+
+    fake.listing_fault = fault
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x", max_retries=0)
+    with ac.workflow() as wf:
+        started = time.monotonic()
+        for _ in range(4):
+            client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "hi"}])
+        assert time.monotonic() - started < 2.5, "one lookup of at most REQUEST_LOOKUP_TIMEOUT, not one per request"
+    assert ends(fake) == [wf.id], "the end goes to the server itself at once, not after another lookup"
+    assert fake.listings == 1
+    assert {h["x-smg-routing-key"] for _, h in chats(fake)} == {routing_key(wf.id)}, "keyed by the workflow"
+
+    monkeypatch.setattr(_cluster, "FAILED_RETRY_S", 0.0)
+    workers = _workers_behind(fake)
+    fake.listing_fault = None
+    try:
+        deadline = time.monotonic() + 10
+        while _cluster.cluster_size(fake.url, {}) != 2:  # retried in the background, not waited for
+            assert time.monotonic() < deadline, "the router was never found"
+            time.sleep(0.05)
+        with ac.workflow() as routed:
+            client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "hi"}])
+        assert chats(fake)[-1][1]["x-smg-routing-key"].startswith("agentcache-worker-")
+        assert [ends(worker) for worker in workers] == [[routed.id]] * 2, "its end goes to every worker"
     finally:
         for worker in workers:
             worker.shutdown()
