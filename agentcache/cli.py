@@ -397,13 +397,21 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from agentcache.server_ext.config import DEFAULT_LEASE_S, ConfigError, PluginConfig
+    from agentcache.server_ext.config import DEFAULT_LEASE_S, ConfigError, PluginConfig, SettingNames
     from agentcache.server_ext.launcher import ServeOptions, serve_forever
 
     _check_server_flags(args.port, args.max_total_tokens, "--max-total-tokens")
     lease = str(args.lease if args.lease is not None else DEFAULT_LEASE_S)  # the plugin's own checks, at once
+    flags = SettingNames(
+        policy="--policy",
+        lease="--lease",
+        call_graph="--call-graph",
+        predictor="--predictor",
+        other_policies="pbkv prefetches from host memory with --hicache; SGLang's own strategies need no plugin:"
+        " run SGLang with --radix-eviction-policy",
+    )
     try:
-        PluginConfig.checked(args.policy, lease, args.call_graph, args.predictor, "conservative")
+        PluginConfig.checked(args.policy, lease, args.call_graph, args.predictor, "conservative", flags)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     extra = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args

@@ -29,6 +29,25 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class SettingNames:
+    """What each setting is called where the user gave it (an environment variable, or a command's flag): the
+    errors name it so."""
+
+    policy: str = POLICY_ENV
+    lease: str = LEASE_ENV
+    call_graph: str = CALL_GRAPH_ENV
+    predictor: str = PREDICTOR_ENV
+    prefetch: str = PREFETCH_ENV
+    # Where a policy the plugin does not run is asked for: how to get what it offers instead.
+    other_policies: str = (
+        "prefetch is --agentcache-prefetch; SGLang's own strategies need no plugin: --radix-eviction-policy"
+    )
+
+
+ENV_NAMES = SettingNames()
+
+
+@dataclass(frozen=True)
 class PluginConfig:
     policy: PolicySpec = PolicySpec.parse(DEFAULT_POLICY)
     lease_s: float = DEFAULT_LEASE_S
@@ -38,64 +57,72 @@ class PluginConfig:
     prefetch: str = "conservative"
 
     @classmethod
-    def from_env(cls) -> PluginConfig:
-        """The settings, checked: a bad one raises ConfigError naming the variable (or flag) and what is wrong."""
+    def from_env(cls, names: SettingNames = ENV_NAMES) -> PluginConfig:
+        """The settings, checked: a bad one raises ConfigError naming the variable (or, in `names`, the flag that
+        set it) and what is wrong."""
         return cls.checked(
             os.environ.get(POLICY_ENV, DEFAULT_POLICY),
             os.environ.get(LEASE_ENV, str(DEFAULT_LEASE_S)),
             os.environ.get(CALL_GRAPH_ENV) or None,
             os.environ.get(PREDICTOR_ENV) or None,
             os.environ.get(PREFETCH_ENV, "conservative"),
+            names,
         )
 
     @classmethod
     def checked(
-        cls, raw_policy: str, raw_lease: str, path: str | None, raw_predictor: str | None, prefetch: str
+        cls,
+        raw_policy: str,
+        raw_lease: str,
+        path: str | None,
+        raw_predictor: str | None,
+        prefetch: str,
+        names: SettingNames = ENV_NAMES,
     ) -> PluginConfig:
         """The settings from their text (what the variables hold): `agentcache serve` checks its flags with this
         before it starts SGLang, the plugin its environment when SGLang loads it."""
         try:
             policy = PolicySpec.parse(raw_policy)
         except PolicyConfigError as exc:
-            raise ConfigError(f"{POLICY_ENV}={raw_policy!r}: {exc}") from None
+            raise ConfigError(f"{names.policy}={raw_policy!r}: {exc}") from None
         if policy.builtin or not policy.online or policy.prefetch:
             raise ConfigError(
-                f"{POLICY_ENV}={raw_policy!r}: the plugin runs lru, lifecycle, kvflow, cachescout, pbkv-paper, pbkv"
-                " or a pbkv/ variant (prefetch is --agentcache-prefetch; SGLang's own strategies need no plugin:"
-                " --radix-eviction-policy)"
+                f"{names.policy}={raw_policy!r}: the plugin runs lru, lifecycle, kvflow, cachescout, pbkv-paper, pbkv"
+                f" or a pbkv/ variant ({names.other_policies})"
             )
         try:
             lease = float(raw_lease)
         except ValueError:
-            raise ConfigError(f"{LEASE_ENV}={raw_lease!r} is not a number of seconds") from None
+            raise ConfigError(f"{names.lease}={raw_lease!r} is not a number of seconds") from None
         if lease <= 0:
-            raise ConfigError(f"{LEASE_ENV} must be > 0, got {lease}")
-        graph = load_call_graph(path) if path else None
+            raise ConfigError(f"{names.lease} must be > 0, got {lease}")
+        graph = load_call_graph(path, names.call_graph) if path else None
         if policy.name == "kvflow" and graph is None:
-            raise ConfigError(f"kvflow needs a static call graph: set {CALL_GRAPH_ENV} (--agentcache-call-graph)")
+            raise ConfigError(f"kvflow needs a static call graph: set {names.call_graph}")
         predictor = None
         if raw_predictor is not None:
             try:
                 predictor = PredictorSpec.parse(raw_predictor)
                 predictor.build(graph)  # a missing or damaged model file fails here, at start-up, by name
             except (ValueError, OSError) as exc:
-                raise ConfigError(f"{PREDICTOR_ENV}={raw_predictor!r}: {exc}") from None
+                raise ConfigError(f"{names.predictor}={raw_predictor!r}: {exc}") from None
         if prefetch not in PREFETCH_MODES:
-            raise ConfigError(f"{PREFETCH_ENV}={prefetch!r}: choose from {', '.join(PREFETCH_MODES)}")
+            raise ConfigError(f"{names.prefetch}={prefetch!r}: choose from {', '.join(PREFETCH_MODES)}")
         return cls(policy, lease, graph, path, predictor, prefetch)
 
 
-def load_call_graph(path: str) -> dict[str, list[str]]:
-    """A call graph file: a JSON object {agent: [the agents it may call next]}, agents by the names users know."""
+def load_call_graph(path: str, name: str) -> dict[str, list[str]]:
+    """A call graph file: a JSON object {agent: [the agents it may call next]}, agents by the names users know;
+    errors say `name` (how the user gave the path)."""
     try:
         with open(path, encoding="utf-8") as fh:
             graph = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: {exc}") from None
+        raise ConfigError(f"{name}={path!r}: {exc}") from None
     if not isinstance(graph, dict) or not all(
         isinstance(v, list) and all(isinstance(b, str) for b in v) for v in graph.values()
     ):
-        raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: expected a JSON object agent -> list of agents")
+        raise ConfigError(f"{name}={path!r}: expected a JSON object agent -> list of agents")
     if not graph:
-        raise ConfigError(f"{CALL_GRAPH_ENV}={path!r}: the call graph names no agent")
+        raise ConfigError(f"{name}={path!r}: the call graph names no agent")
     return graph

@@ -9,6 +9,7 @@ swallows exceptions raised here, so failures are logged loudly instead.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -65,17 +66,20 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
     from agentcache.server_ext import config
 
     # Exported before SGLang spawns its schedulers, which inherit the environment.
-    for flag, env in (
-        ("agentcache_policy", config.POLICY_ENV),
-        ("agentcache_lease", config.LEASE_ENV),
-        ("agentcache_call_graph", config.CALL_GRAPH_ENV),
-        ("agentcache_predictor", config.PREDICTOR_ENV),
-        ("agentcache_prefetch", config.PREFETCH_ENV),
+    flagged = {}  # setting -> the flag that set it, for the errors
+    for setting, env in (
+        ("policy", config.POLICY_ENV),
+        ("lease", config.LEASE_ENV),
+        ("call_graph", config.CALL_GRAPH_ENV),
+        ("predictor", config.PREDICTOR_ENV),
+        ("prefetch", config.PREFETCH_ENV),
     ):
-        value = getattr(args, flag, None)
+        value = getattr(args, f"agentcache_{setting}", None)
         if value is not None:
             os.environ[env] = str(value)
-    config.PluginConfig.from_env()  # fail at start-up, in the launcher, not later in a scheduler
+            flagged[setting] = f"--agentcache-{setting.replace('_', '-')}"
+    # Fail at start-up, in the launcher, not later in a scheduler.
+    config.PluginConfig.from_env(dataclasses.replace(config.ENV_NAMES, **flagged))
     if getattr(args, "radix_cache_backend", None) == BACKEND and (getattr(args, "tokenizer_worker_num", 1) or 1) > 1:
         # Extra HTTP workers never load plugins, so tags there would go unchecked and unscoped.
         raise SystemExit(

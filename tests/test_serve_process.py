@@ -7,6 +7,7 @@ and that its ports are free again.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -144,16 +145,21 @@ def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
         (["demo", "--port", "0"], "--port must be in 1-65535, got 0"),
         (["demo", "--capacity", "-1"], "--capacity must be >= 1 token, got -1"),
         (["bench", "--port", "70000"], "--port must be in 1-65535, got 70000"),
-        (["--policy", "nope"], "unknown policy 'nope'"),
-        (["--policy", "lfu", "--workers", "2"], "the plugin runs lru, lifecycle"),
-        (["--lease", "0"], "must be > 0"),
-        (["--policy", "kvflow"], "kvflow needs a static call graph"),
-        (["--predictor", "neural:/absent.pt"], "no neural predictor file at /absent.pt"),
+        (["--policy", "nope"], "--policy='nope': unknown policy 'nope'"),
+        (["--policy", "lfu", "--workers", "2"], "--policy='lfu': the plugin runs lru, lifecycle"),
+        (["--lease", "0"], "--lease must be > 0"),
+        (["--policy", "kvflow"], "kvflow needs a static call graph: set --call-graph"),
+        (["--call-graph", "/absent.json"], "--call-graph='/absent.json': [Errno 2]"),
+        (
+            ["--predictor", "neural:/absent.pt"],
+            "--predictor='neural:/absent.pt': no neural predictor file at /absent.pt",
+        ),
     ],
 )
 def test_bad_server_flags_are_refused_at_once_by_the_plugins_own_checks(args, message, capsys):
     """`agentcache serve`, `demo` and `bench` start servers. Before, SGLang started first (12-50 s) and the error
-    came as its traceback, or not at all: `serve --port 99999` was reported as served."""
+    came as its traceback, or not at all: `serve --port 99999` was reported as served. Each names the flag the
+    user gave (the plugin's own checks named its environment variables: `--lease 0` said AGENTCACHE_LEASE_S)."""
     from agentcache.cli import main
 
     started = time.monotonic()
@@ -162,6 +168,24 @@ def test_bad_server_flags_are_refused_at_once_by_the_plugins_own_checks(args, me
     err = capsys.readouterr().err
     assert message in err.replace("\n", "") and "Traceback" not in err
     assert time.monotonic() - started < 10, "refused before any server started"
+
+
+def test_the_plugins_start_up_check_names_the_sglang_flag_that_set_a_bad_value(monkeypatch):
+    """Started by SGLang's own launcher, the plugin's settings come as `--agentcache-*` flags, which it exports as
+    variables for the schedulers; its check named the variable (AGENTCACHE_LEASE_S), not the flag the user gave."""
+    import argparse
+
+    from agentcache.server_ext import config, plugin
+
+    # What the hook exports stays in the test's own copy of the environment.
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("AGENTCACHE_")})
+    flags = {f"agentcache_{s}": None for s in ("policy", "lease", "call_graph", "predictor", "prefetch")}
+    with pytest.raises(config.ConfigError, match="^--agentcache-lease must be > 0, got 0.0$"):
+        plugin._capture_cli_args(None, argparse.Namespace(**flags | {"agentcache_lease": 0.0}))
+    del os.environ[config.LEASE_ENV]
+    os.environ[config.POLICY_ENV] = "kvflow"  # set by the environment: named so
+    with pytest.raises(config.ConfigError, match="^kvflow needs a static call graph: set AGENTCACHE_CALL_GRAPH$"):
+        plugin._capture_cli_args(None, argparse.Namespace(**flags))
 
 
 def test_a_server_that_fails_while_starting_is_not_left_running(tmp_path, monkeypatch):
