@@ -10,6 +10,10 @@ on the Python tree core, and adds:
 - control operations (end a workflow, statistics) applied in the scheduler
   thread, in the order SGLang delivers them to every rank.
 
+A policy that raises is reported (``policy_faults`` in the statistics, its
+traceback logged) and consulted no more: the worker evicts by SGLang's LRU
+from then on and serves every request, rather than lose the scheduler.
+
 The policy clock is the time the HTTP process stamped on each tagged request
 and end event, so every tensor-parallel rank sees the same clock and makes
 the same decisions.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from sglang.srt.mem_cache.radix_cache import RadixKey
@@ -81,6 +86,8 @@ class AgentCache(UnifiedRadixCache):
             self.policy.predictor.budget_ms = PREDICTOR_BUDGET_MS
         install_policy(self, self.policy)
         self.component: TaggedFullComponent = self.components[FULL]
+        self.component.on_policy_fault = self._policy_fault
+        self.policy_faults: Counter[str] = Counter()  # where the policy raised (the first fault drops it)
         self.now = 0.0
         self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
         self._prefetch_version = -1
@@ -117,7 +124,7 @@ class AgentCache(UnifiedRadixCache):
         self._requests[req.rid] = tags
         if len(self._requests) > MAX_PENDING_REQUESTS:
             self._requests.popitem(last=False)
-        self.policy.on_request(tags, self.now)
+        self._consult("a request", self.policy.on_request, tags, self.now)
         if tags.implicit:  # no tags from the client: its own workflow, ended with it
             self._count("untagged_requests", tenant=tenant)
             return
@@ -128,7 +135,7 @@ class AgentCache(UnifiedRadixCache):
         """SGLang admitted the request to a prefill batch and holds its matched prefix."""
         tags = self._requests.get(req.rid)
         if tags is not None:
-            self.policy.on_admit(tags)
+            self._consult("an admission", self.policy.on_admit, tags)
 
     def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
@@ -149,15 +156,15 @@ class AgentCache(UnifiedRadixCache):
             path = path_nodes(self, req.last_node)
         finished = req.finished()
         if not finished:  # the prompt is computed and shareable; the request runs on
-            self.policy.tag_path(path, tags, tags.ts, None)
+            self._consult("tagging a path", self.policy.tag_path, path, tags, tags.ts, None)
             return
         matched = getattr(req, "cached_tokens", 0)
         used = take_prefetched(path[: _nodes_within(path, matched)])
         if used:
             self._count("prefetch_used_tokens", used, metric="tokens")
-        self.policy.tag_path(path, tags, tags.ts, matched, len(req.origin_input_ids))
+        self._consult("tagging a path", self.policy.tag_path, path, tags, tags.ts, matched, len(req.origin_input_ids))
         if tags.implicit:
-            self.policy.on_end(tags.key, self.now)
+            self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
         tenant = tags.tenant
         self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
         self._count("hit_tokens", matched, metric="tokens", tenant=tenant)
@@ -178,6 +185,12 @@ class AgentCache(UnifiedRadixCache):
         if policy.registry.version == self._prefetch_version:
             return 0
         self._prefetch_version = policy.registry.version
+        loaded = self._consult("a prefetch", self._queue_prefetch, policy) or 0
+        if loaded:
+            self._count("prefetched_tokens", loaded, metric="tokens")
+        return loaded
+
+    def _queue_prefetch(self, policy: PBKVPolicy) -> int:
         budget = prefetch.budget(
             prefetch.CONSERVATIVE,
             self.token_to_kv_pool_allocator.available_size(),
@@ -185,34 +198,52 @@ class AgentCache(UnifiedRadixCache):
             PREFETCH_STEP_S,
             1.0 / DEFAULT_COST.reload_s,
         )
-        loaded = queue_prefetch(self, policy, budget)  # SGLang's next prefill batch completes the loads
-        if loaded:
-            self._count("prefetched_tokens", loaded, metric="tokens")
-        return loaded
+        return queue_prefetch(self, policy, budget)  # SGLang's next prefill batch completes the loads
 
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
         super().on_release(req, checkpointed=checkpointed)
         tags = self._requests.pop(req.rid, None)
         if tags is not None and tags.implicit:  # released without finishing (aborted): its workflow ends too
-            self.policy.on_end(tags.key, self.now)
+            self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
 
     # -- control
 
     def expire(self, ts: float) -> int:
         """The HTTP process's clock tick: retire workflows whose lease ran out, with no request needed."""
         self.now = max(self.now, ts)
-        return self.policy.expire(self.now)
+        return self._consult("expiring leases", self.policy.expire, self.now) or 0
 
     def end_workflow(self, key: WorkflowKey, ts: float) -> bool:
         self.now = max(self.now, ts)
         tenant = key.tenant
-        ended = self.policy.on_end(key, self.now)
+        ended = self._consult("a workflow's end", self.policy.on_end, key, self.now)
         if ended:
             self._count("ended_workflows", tenant=tenant)
             self.workflows.on_end(key)
         else:
             self._count("unknown_end_events", tenant=tenant)
         return ended
+
+    def _consult(self, where: str, call: Callable[..., Any], *args: Any) -> Any:
+        """`call` into the policy, unless it failed before; a fault drops it (None returned)."""
+        if self.component.policy is None:
+            return None
+        try:
+            return call(*args)
+        except Exception as exc:
+            self.component.drop_policy(where, exc)
+            return None
+
+    def _policy_fault(self, where: str, exc: Exception) -> None:
+        self.policy_faults[where] += 1
+        self._count("policy_faults")
+        logger.error(
+            "agentcache: the %s policy failed in %s; this worker evicts by SGLang's LRU from now on and serves"
+            " every request",
+            self.config.policy.text,
+            where,
+            exc_info=exc,
+        )
 
     def _count(self, name: str, n: int = 1, metric: str = "event", tenant: str | None = None) -> None:
         self.counters[name] += n
@@ -233,10 +264,11 @@ class AgentCache(UnifiedRadixCache):
         registry = self.policy.registry
         c = self.counters
         workflows = {str(k): v for k, v in self.workflows.items()}
+        dropped = self.component.policy is None
         return {
-            "policy": self.config.policy.text,
+            "policy": self.config.policy.text + (" (dropped after a fault: evicting by lru)" if dropped else ""),
             "scope": "server",
-            "held_tokens": held_by_class(self, self.policy),
+            "held_tokens": self._consult("statistics", held_by_class, self, self.policy) or {},
             "active_workflows": len(registry),
             "retired_workflows": registry.retired_count,
             "expired_workflows": registry.expired_count,
@@ -250,8 +282,9 @@ class AgentCache(UnifiedRadixCache):
             "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
             "ended_workflows": c["ended_workflows"],
             "unknown_end_events": c["unknown_end_events"],
-            "forecasters": self.policy.forecast_stats(),
+            "forecasters": self._consult("statistics", self.policy.forecast_stats) or {},
             "predictor_faults": dict(self.policy.predictor.faults) if isinstance(self.policy, PBKVPolicy) else {},
+            "policy_faults": dict(self.policy_faults),
             "prefetch": {
                 "mode": self.config.prefetch if self.cache_controller is not None else "off (no host tier)",
                 "prefetched_tokens": c["prefetched_tokens"],

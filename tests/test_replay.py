@@ -645,3 +645,72 @@ def test_the_replay_table_shows_every_policy_name_whole_in_a_narrow_terminal():
     print_table(results, title="narrow", console=console)
     text = console.export_text()
     assert all(name in text for name in names), text
+
+
+@pytest.mark.parametrize("policy_name", ["pbkv", "lru"])  # its own kept-key heap; SGLang's walk over its keys
+def test_a_policy_that_raises_while_ordering_eviction_is_dropped_for_lru_where_its_owner_takes_faults(
+    small_traces, policy_name
+):
+    """The server takes the policy's faults (AgentCache): a policy that raised inside an eviction round took
+    SGLang's scheduler, and every request on the worker, down with it. Now eviction goes on by SGLang's LRU,
+    every request is served, no slot leaks (CheckedReplayCache's accounting), and the fault is reported once.
+    The replay takes none: there a fault is a bug to show."""
+    trace = small_traces["code-retry"]
+    prepared = PreparedTrace(trace)
+    capacity = int(mean_prompt(prepared) * 4)
+
+    def serve_all(take_faults: bool) -> tuple[CheckedReplayCache, list, int]:
+        policy = make_policy(policy_name)
+        keyed, asked = policy.priority, []
+
+        def priority(node):  # noqa: ANN001, ANN202
+            asked.append(node)
+            if len(asked) == 40:
+                raise KeyError("a bug in the policy")
+            return keyed(node)
+
+        policy.priority = priority  # before install: SGLang's walk binds it, pbkv's heap calls it
+        cache = CheckedReplayCache(capacity, policy)
+        faults: list = []
+        if take_faults:
+            cache.component.on_policy_fault = lambda where, exc: faults.append((where, exc))
+        evicted_at_fault = None
+        for enc, request in zip(prepared.encoded, trace.requests):
+            tags = Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len)
+            policy.on_request(tags, request.ts)
+            assert cache.serve(enc, tags, request.ts).admitted
+            if faults and evicted_at_fault is None:
+                evicted_at_fault = sum(cache.component.evicted_nodes.values())
+        return cache, faults, evicted_at_fault
+
+    cache, faults, evicted_at_fault = serve_all(take_faults=True)
+    assert [type(exc) for _, exc in faults] == [KeyError], "reported once, then consulted no more"
+    assert cache.component.policy is None and cache.component.eviction_heap is None
+    assert type(cache.cache.tree_core.eviction_strategy).__name__ == "LRUStrategy"
+    assert sum(cache.component.evicted_nodes.values()) > evicted_at_fault, "eviction went on after the fault"
+    with pytest.raises(KeyError, match="a bug in the policy"):
+        serve_all(take_faults=False)
+
+
+def test_the_server_cache_drops_a_policy_that_raises_and_says_so():
+    """AgentCache (the server's cache, on SGLang's real classes) takes its policy's faults: a fault in the
+    policy's bookkeeping (here a workflow's end) is logged and counted in `policy_faults`, the worker evicts by
+    SGLang's LRU from then on, and the policy is consulted no more (a broken one would fault on every request)."""
+    from agentcache.replay.engine import build_cache
+    from agentcache.server_ext.cache import AgentCache
+
+    cache = build_cache(4096, cache_class=AgentCache)
+    calls = []
+
+    def broken(*args):  # noqa: ANN002, ANN202
+        calls.append(args)
+        raise RuntimeError("a bug in the policy")
+
+    cache.policy.on_end = cache.policy.expire = broken
+    key = WorkflowKey("", "w")
+    assert not cache.end_workflow(key, 1.0)
+    assert cache.expire(2.0) == 0 and len(calls) == 1, "not consulted after its fault"
+    stats = cache.stats()
+    assert stats["policy_faults"] == {"a workflow's end": 1}
+    assert stats["policy"] == "pbkv (dropped after a fault: evicting by lru)"
+    assert type(cache.tree_core.eviction_strategy).__name__ == "LRUStrategy"

@@ -6,7 +6,10 @@
   node's tags whole when the tree splits it, counts evictions per node class,
   and, for a policy that keeps its keys, orders eviction with an
   :class:`EvictionHeap` kept across eviction rounds, which learns of new
-  leaves from SGLang's leaf set made a :class:`RecordedLeaves`.
+  leaves from SGLang's leaf set made a :class:`RecordedLeaves`. Where its
+  owner takes policy faults (the server), a policy that raises while
+  eviction consults it is dropped for SGLang's LRU instead of taking the
+  scheduler down.
 - :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
   tree core; :func:`split_at`, :func:`ends_at` and :func:`path_nodes` are the
   tree walks the adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
@@ -22,7 +25,7 @@ from itertools import chain, count
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
-from sglang.srt.mem_cache.evict_policy import EvictionStrategy
+from sglang.srt.mem_cache.evict_policy import EvictionStrategy, LRUStrategy
 from sglang.srt.mem_cache.unified_cache.components import ComponentType, EvictLayer, FullComponent
 
 from agentcache.policy import CachePolicy, NodeClass, prefetch, tags_of
@@ -152,7 +155,23 @@ class TaggedFullComponent(FullComponent):
         self.evicted_tokens: Counter[str] = Counter()
         self.evicted_nodes: Counter[str] = Counter()
         self.on_evict: Callable[[str, int], None] | None = None  # (node class, tokens), e.g. for metrics
+        # Set by an owner that takes the policy's faults (the server): called with where the policy raised and
+        # the exception, after which eviction goes by SGLang's LRU. Unset (the replay), a fault is raised.
+        self.on_policy_fault: Callable[[str, Exception], None] | None = None
+        self._round_unordered = False  # the policy was dropped during an eviction round: SGLang's heap is not built
         self.prefetch_wasted_tokens = 0
+
+    def drop_policy(self, where: str, exc: Exception) -> None:
+        """The policy raised where eviction consults it (`where`): report it, and evict by SGLang's LRU from now
+        on, the policy consulted no more; raise it where no owner takes faults."""
+        if self.on_policy_fault is None:
+            raise exc
+        self.on_policy_fault(where, exc)
+        self.policy = None
+        self.eviction_heap = None
+        self.tree_core.eviction_strategy = LRUStrategy()
+        self.session_ref_eviction_strategy = None  # SGLang binds the strategy's get_priority again at its next use
+        self._round_unordered = True
 
     def redistribute_on_node_split(self, new_parent: Any, child: Any) -> None:
         super().redistribute_on_node_split(new_parent, child)
@@ -164,8 +183,11 @@ class TaggedFullComponent(FullComponent):
             copied.node_id = new_parent.id
             setattr(new_parent, TAGS_ATTR, copied)
             if self.policy is not None:
-                self.policy.forget_key(tags)  # the child's key reads its size
-                self.policy.adopt(copied)
+                try:
+                    self.policy.forget_key(tags)  # the child's key reads its size
+                    self.policy.adopt(copied)
+                except Exception as exc:
+                    self.drop_policy("a node split", exc)
             else:
                 tags.key_epoch = -1
 
@@ -175,11 +197,16 @@ class TaggedFullComponent(FullComponent):
         freed, host_freed = super().evict_component(node, device_frees, host_frees, cache_actions, target)
         if freed:
             tags = tags_of(node)
-            node_class = self.policy.classify(node) if self.policy is not None else NodeClass.UNTAGGED
+            node_class = NodeClass.UNTAGGED
             if tags is not None:
                 tags.evicted = True  # the policy's own record: SGLang may delete the node object outright
-                if self.policy is not None:
-                    self.policy.on_evicted(tags, freed, node_class)
+            if self.policy is not None:
+                try:
+                    node_class = self.policy.classify(node)
+                    if tags is not None:
+                        self.policy.on_evicted(tags, freed, node_class)
+                except Exception as exc:
+                    self.drop_policy("an eviction's bookkeeping", exc)
             self.evicted_tokens[node_class] += freed
             self.evicted_nodes[node_class] += 1
             if getattr(node, PREFETCHED_ATTR, False):
@@ -190,15 +217,35 @@ class TaggedFullComponent(FullComponent):
         return freed, host_freed
 
     def _evict_device_start(self, request_cnt: int) -> None:
-        if self.eviction_heap is None:
+        self._round_unordered = False
+        try:
+            if self.eviction_heap is None:
+                return super()._evict_device_start(request_cnt)
+            self.eviction_heap.sync(self.tree_core)
+        except Exception as exc:
+            if self.policy is None:  # SGLang's own fault, not the policy's
+                raise
+            self.drop_policy("an eviction round's start", exc)
+            self._round_unordered = False
             return super()._evict_device_start(request_cnt)
-        self.eviction_heap.sync(self.tree_core)
         self._evict_device_request_cnt = request_cnt
         self._evict_device_last_node = None
 
     def _evict_device_next_node(self, tracker: Any, device_frees: Any, host_frees: Any, cache_actions: Any) -> Any:
+        try:
+            return self._next_victim(tracker, device_frees, host_frees, cache_actions)
+        except Exception as exc:
+            if self.policy is None:
+                raise
+            self.drop_policy("an eviction's choice", exc)
+            return self._next_victim(tracker, device_frees, host_frees, cache_actions)
+
+    def _next_victim(self, tracker: Any, device_frees: Any, host_frees: Any, cache_actions: Any) -> Any:
         heap = self.eviction_heap
         if heap is None:
+            if self._round_unordered:  # the policy was dropped in this round: SGLang's walk starts over
+                self._round_unordered = False
+                super()._evict_device_start(self._evict_device_request_cnt)
             return super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
         leaves = self.tree_core.evictable_device_leaves
         last = self._evict_device_last_node
@@ -213,9 +260,21 @@ class TaggedFullComponent(FullComponent):
         return None
 
     def _evict_device_end(self) -> None:
+        self._round_unordered = False
         if self.eviction_heap is None:
             return super()._evict_device_end()
         self._evict_device_last_node = None
+
+    def drive_host_eviction(
+        self, num_tokens: int, tracker: Any, device_frees: Any, host_frees: Any, cache_actions: Any
+    ) -> None:
+        try:
+            super().drive_host_eviction(num_tokens, tracker, device_frees, host_frees, cache_actions)
+        except Exception as exc:
+            if self.policy is None:
+                raise
+            self.drop_policy("a host eviction", exc)
+            super().drive_host_eviction(num_tokens, tracker, device_frees, host_frees, cache_actions)
 
 
 def host_only_tokens(node: Any) -> int:

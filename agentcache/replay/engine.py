@@ -135,9 +135,15 @@ def _host_tier_args(capacity: int, host_capacity: int) -> Any:
 
 
 def build_cache(
-    capacity: int, builtin: str | None = None, host_capacity: int = 0, *, alone: bool = False
+    capacity: int,
+    builtin: str | None = None,
+    host_capacity: int = 0,
+    *,
+    alone: bool = False,
+    cache_class: type[UnifiedRadixCache] = UnifiedRadixCache,
 ) -> UnifiedRadixCache:
-    """A UnifiedRadixCache over CPU pools of exactly `capacity` slots (page size 1), with a host tier if asked.
+    """A UnifiedRadixCache (or `cache_class`, such as the server's) over CPU pools of exactly `capacity` slots
+    (page size 1), with a host tier if asked.
 
     `builtin` picks one of SGLang's own strategies; otherwise the caller
     installs an agentcache policy. `alone`: the cache as SGLang builds it with
@@ -175,7 +181,7 @@ def build_cache(
     )
     # With `builtin`, the tree core builds the strategy from SGLang's own table (and turns on
     # the per-node bookkeeping tlru needs), exactly as --radix-eviction-policy does.
-    cache = UnifiedRadixCache(params)
+    cache = cache_class(params)
     if host_capacity > 0:
         cache.init_hicache(_host_tier_args(capacity, host_capacity), params)
         cache.load_back_threshold = 1  # the server's default of 10 would skip tiny host hits; the replay counts all
