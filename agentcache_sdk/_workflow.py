@@ -14,11 +14,14 @@ the server never saw it.
 
 An unreachable server never breaks the app or holds up its exit: end events
 go out from a background thread with a few retries; a server that refuses the
-connection, or does not accept it within CONNECT_TIMEOUT_S, gets no retries,
-and further ends to it are dropped for UNREACHABLE_COOLDOWN_S instead of
-queued (a circuit breaker); at exit the SDK waits at most `exit_timeout_s`
-for pending ends. Failures are warned about once, counted (`stats()`), and
-otherwise ignored.
+connection, does not accept it within CONNECT_TIMEOUT_S, or does not answer
+within `end_timeout_s`, gets no retries, and further ends to it are dropped
+for UNREACHABLE_COOLDOWN_S instead of queued (a circuit breaker: one hung
+worker behind a router must not hold up the ends to the others); at most
+MAX_PENDING_ENDS wait to be sent; at exit the SDK waits at most
+`exit_timeout_s` for pending ends. Failures are warned about once, counted
+(`stats()`), and otherwise ignored: a server ends a workflow whose end was
+lost when its lease runs out.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ _agent_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentc
 END_ATTEMPTS = 3
 CONNECT_TIMEOUT_S = 1.0  # a live server accepts at once; a dead one must not cost end_timeout_s per attempt
 UNREACHABLE_COOLDOWN_S = 10.0  # short: a server back from a restart gets ends again soon
+MAX_PENDING_ENDS = 10_000  # a server that answers slowly must not grow the queue with every workflow the app runs
 counters: Counter[str] = Counter()
 end_observers: list[Callable[[str], None]] = []  # called with a workflow id when it ends (the recorder)
 _warned: set[str] = set()
@@ -197,9 +201,10 @@ def _headers(authorization: str | None = None) -> dict[str, str]:
 class _EndSender:
     """Sends end events from a background thread, so leaving a workflow never waits on the server.
 
-    A target that refuses the connection or does not accept it in time is unreachable: the end to it
-    is not retried, and for UNREACHABLE_COOLDOWN_S further ends to it are dropped rather than queued
-    behind attempts that cannot succeed. The first end after the cool-down tries again.
+    A target that refuses the connection, does not accept it in time or does not answer in time is
+    unreachable: the end to it is not retried, and for UNREACHABLE_COOLDOWN_S further ends to it are
+    dropped rather than queued behind attempts that cannot succeed. The first end after the cool-down
+    tries again.
     """
 
     def __init__(self) -> None:
@@ -211,6 +216,14 @@ class _EndSender:
     def submit(self, workflow_id: str, headers: dict[str, str]) -> None:
         if self._unreachable(settings.base_url):
             _count("dropped_ends")
+            return
+        if self._queue.unfinished_tasks >= MAX_PENDING_ENDS:
+            _count("dropped_ends")
+            _warn_once(
+                "end_backlog",
+                f"agentcache: {MAX_PENDING_ENDS} workflow end events wait to be sent (the server answers slowly);"
+                " further ones are dropped, counted in agentcache_sdk.stats()['dropped_ends']",
+            )
             return
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
@@ -248,7 +261,7 @@ class _EndSender:
                 try:
                     r = client.post(_end_url(base_url, workflow_id), headers=headers, timeout=timeout)
                     r.raise_for_status()
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                except (httpx.ConnectError, httpx.TimeoutException) as exc:
                     self._trip(base_url, exc)
                     dropped = True
                 except httpx.HTTPError as exc:

@@ -23,7 +23,7 @@ import agentcache_sdk as ac
 from agentcache.server_ext.cluster import free_port
 from agentcache.tags import agent_of
 from agentcache.trace import read_trace
-from agentcache_sdk import _workflow
+from agentcache_sdk import _config, _workflow
 
 
 class Recording(ThreadingHTTPServer):
@@ -36,6 +36,7 @@ class Recording(ThreadingHTTPServer):
         # an int: `GET /workers` answers that status; a float: it hangs that many seconds
         self.listing_fault: int | float | None = None
         self.cached_tokens: int | None = None  # set: answers report this many cached prompt tokens
+        self.end_delay = 0.0  # seconds it takes to answer an end event
 
     @property
     def url(self) -> str:
@@ -73,6 +74,8 @@ class _Handler(BaseHTTPRequestHandler):
         server: Recording = self.server  # type: ignore[assignment]
         body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"{}")
         server.requests.append((self.path, body, {k.lower(): v for k, v in self.headers.items()}))
+        if self.path.endswith("/end") and server.end_delay:
+            time.sleep(server.end_delay)
         if server.down:
             self.send_response(503)
             self.end_headers()
@@ -483,7 +486,6 @@ def test_every_routed_request_is_handed_back_even_when_it_fails(fake):
 
 
 def test_workflow_affinity_is_a_setting_and_unknown_routings_are_refused(fake, monkeypatch):
-    from agentcache_sdk import _config
 
     monkeypatch.setattr(ac.settings, "routing", ac.settings.routing)  # restored afterwards
     workers = _workers_behind(fake)
@@ -769,6 +771,38 @@ def test_ends_to_an_unreachable_worker_are_dropped_at_once_until_the_cool_down_i
                 client.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
             assert ends(worker) == [wf.id]
         finally:
+            worker.shutdown()
+
+
+def test_a_worker_that_does_not_answer_ends_holds_up_neither_the_others_nor_the_queue(fake, monkeypatch):
+    """Behind a router each end goes to every worker. One that accepts the connection but does not answer (a hung
+    scheduler) got every end three times, each after the full timeout: the other workers' ends waited behind
+    it and the queue grew with every workflow the app ran. Now a timeout trips the breaker like a refused
+    connection, and at most MAX_PENDING_ENDS wait."""
+    monkeypatch.setattr(_workflow, "counters", Counter())  # the test process's exit warns of no dropped end
+    workers = _workers_behind(fake)
+    hung, healthy = workers
+    hung.end_delay = 3.0
+    monkeypatch.setattr(_config.settings, "end_timeout_s", 0.3)
+    try:
+        ids = []
+        with httpx.Client() as client:
+            for _ in range(4):
+                with ac.workflow() as wf:
+                    client.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
+                ids.append(wf.id)
+        started = time.monotonic()
+        assert sorted(ends(healthy)) == sorted(ids)
+        assert time.monotonic() - started < 2.5, "not held up behind the hung worker's retries"
+        assert len([p for p, _, _ in hung.requests if p.endswith("/end")]) == 1, "tried once, then the breaker"
+        assert ac.stats()["dropped_ends"] == 4, "the hung worker's part of each end was lost: counted"
+
+        monkeypatch.setattr(_workflow, "MAX_PENDING_ENDS", 0)
+        with ac.workflow():
+            httpx.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
+        assert ac.stats()["dropped_ends"] == 5 and _workflow._sender.pending() == 0, "beyond the bound: dropped"
+    finally:
+        for worker in workers:
             worker.shutdown()
 
 
