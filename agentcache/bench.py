@@ -387,17 +387,32 @@ def measure(
         name = f"{policy.replace('/', '_')}-{repetition + 1}"
         where = f"{policy} (repetition {repetition + 1} of {opts.repeat})"
         stage(f"{where}: starting {'SGLang' if runs_on_plain_sglang(spec) else 'SGLang with agentcache'}")
+        options = serve_options(spec, opts, capacity, name)
         try:
-            with Server(serve_options(spec, opts, capacity, name)) as server:
+            with Server(options) as server:
                 headers = server.auth_headers()
                 stage(f"{where}: warming up")
                 warm_up(server.base_url, headers, vocab_size, warmup_tokens, opts.warmup_requests)
                 stage(f"{where}: running")
                 sent, makespan = run_workload(server.base_url, headers, spec)
+                faults = {} if runs_on_plain_sglang(spec) else policy_faults(server.base_url, headers)
         except (ServerError, httpx.HTTPError) as exc:
             raise BenchError(f"{where}: {exc}") from exc
+        if faults:
+            log = f" (log: {options.log_path})" if options.log_path else ""
+            raise BenchError(
+                f"{where}: the policy failed during the run ({', '.join(faults)}) and the server evicted by lru from"
+                f" then on: the run measured lru, not {policy}{log}"
+            )
         runs.append(Run(policy, repetition, sent, makespan))
     return runs
+
+
+def policy_faults(base_url: str, headers: dict[str, str]) -> dict[str, int]:
+    """Where the server's policy raised (its statistics' `policy_faults`): the server then drops it for lru."""
+    r = httpx.get(f"{base_url}/agentcache/v1/stats", headers=headers, timeout=60)
+    r.raise_for_status()
+    return r.json()["policy_faults"]
 
 
 def vocab_size_of(model_path: str) -> int:
