@@ -216,7 +216,7 @@ class AgentCache(UnifiedRadixCache):
     def end_workflow(self, key: WorkflowKey, ts: float) -> bool:
         self.now = max(self.now, ts)
         tenant = key.tenant
-        ended = self._consult("a workflow's end", self.policy.on_end, key, self.now)
+        ended = bool(self._consult("a workflow's end", self.policy.on_end, key, self.now))
         if ended:
             self._count("ended_workflows", tenant=tenant)
             self.workflows.on_end(key)
