@@ -12,7 +12,9 @@ on the Python tree core, and adds:
 
 A policy that raises is reported (``policy_faults`` in the statistics, its
 traceback logged) and consulted no more: the worker evicts by SGLang's LRU
-from then on and serves every request, rather than lose the scheduler.
+from then on and serves every request, rather than lose the scheduler. Its
+ranks run the same code on the same inputs, so they drop it at the same
+point and keep deciding alike.
 
 The policy clock is the time the HTTP process stamped on each tagged request
 and end event, so every tensor-parallel rank sees the same clock and makes
