@@ -395,24 +395,23 @@ def measure(
                 warm_up(server.base_url, headers, vocab_size, warmup_tokens, opts.warmup_requests)
                 stage(f"{where}: running")
                 sent, makespan = run_workload(server.base_url, headers, spec)
-                faults = {} if runs_on_plain_sglang(spec) else policy_faults(server.base_url, headers)
+                stats = {} if runs_on_plain_sglang(spec) else server_stats(server.base_url, headers)
         except (ServerError, httpx.HTTPError) as exc:
             raise BenchError(f"{where}: {exc}") from exc
-        if faults:
+        if stats.get("policy_faults"):  # a policy that raised is no measure of the policy
             log = f" (log: {options.log_path})" if options.log_path else ""
             raise BenchError(
-                f"{where}: the policy failed during the run ({', '.join(faults)}) and the server evicted by lru from"
-                f" then on: the run measured lru, not {policy}{log}"
+                f"{where}: the policy raised during the run (in {', '.join(stats['policy_faults'])}); the server"
+                f" ran it as {stats['policy']!r}{log}"
             )
         runs.append(Run(policy, repetition, sent, makespan))
     return runs
 
 
-def policy_faults(base_url: str, headers: dict[str, str]) -> dict[str, int]:
-    """Where the server's policy raised (its statistics' `policy_faults`): the server then drops it for lru."""
+def server_stats(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
     r = httpx.get(f"{base_url}/agentcache/v1/stats", headers=headers, timeout=60)
     r.raise_for_status()
-    return r.json()["policy_faults"]
+    return r.json()
 
 
 def vocab_size_of(model_path: str) -> int:

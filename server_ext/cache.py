@@ -10,11 +10,13 @@ on the Python tree core, and adds:
 - control operations (end a workflow, statistics) applied in the scheduler
   thread, in the order SGLang delivers them to every rank.
 
-A policy that raises is reported (``policy_faults`` in the statistics, its
-traceback logged) and consulted no more: the worker evicts by SGLang's LRU
-from then on and serves every request, rather than lose the scheduler. Its
-ranks run the same code on the same inputs, so they drop it at the same
-point and keep deciding alike.
+A policy that raises never takes the scheduler down. Inside eviction it is
+dropped: the fault is logged with its traceback and counted (``policy_faults``
+in the statistics), and the worker evicts by SGLang's LRU from then on. In its
+bookkeeping (a request, a path's tags, an end) the fault is counted, the first
+at each place logged, and the request served: one odd request must not cost
+every tenant the policy. Ranks run the same code on the same inputs, so they
+fault at the same point and keep deciding alike.
 
 The policy clock is the time the HTTP process stamped on each tagged request
 and end event, so every tensor-parallel rank sees the same clock and makes
@@ -88,7 +90,7 @@ class AgentCache(UnifiedRadixCache):
             self.policy.predictor.budget_ms = PREDICTOR_BUDGET_MS
         install_policy(self, self.policy)
         self.component: TaggedFullComponent = self.components[FULL]
-        self.component.on_policy_fault = self._policy_fault
+        self.component.on_policy_fault = self._policy_dropped
         self.policy_faults: Counter[str] = Counter()  # where the policy raised (the first fault drops it)
         self.now = 0.0
         self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
@@ -227,18 +229,24 @@ class AgentCache(UnifiedRadixCache):
         return ended
 
     def _consult(self, where: str, call: Callable[..., Any], *args: Any) -> Any:
-        """`call` into the policy, unless it failed before; a fault drops it (None returned)."""
+        """`call` into the policy's bookkeeping, unless it was dropped; None where it raised (counted)."""
         if self.component.policy is None:
             return None
         try:
             return call(*args)
         except Exception as exc:
-            self.component.drop_policy(where, exc)
+            if where not in self.policy_faults:
+                logger.error(
+                    "agentcache: the %s policy failed in %s; the request is served, and later faults there are"
+                    " counted in policy_faults",
+                    self.config.policy.text,
+                    where,
+                    exc_info=exc,
+                )
+            self._count_fault(where)
             return None
 
-    def _policy_fault(self, where: str, exc: Exception) -> None:
-        self.policy_faults[where] += 1
-        self._count("policy_faults")
+    def _policy_dropped(self, where: str, exc: Exception) -> None:
         logger.error(
             "agentcache: the %s policy failed in %s; this worker evicts by SGLang's LRU from now on and serves"
             " every request",
@@ -246,6 +254,11 @@ class AgentCache(UnifiedRadixCache):
             where,
             exc_info=exc,
         )
+        self._count_fault(where)
+
+    def _count_fault(self, where: str) -> None:
+        self.policy_faults[where] += 1
+        self._count("policy_faults")
 
     def _count(self, name: str, n: int = 1, metric: str = "event", tenant: str | None = None) -> None:
         self.counters[name] += n

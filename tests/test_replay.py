@@ -692,10 +692,11 @@ def test_a_policy_that_raises_while_ordering_eviction_is_dropped_for_lru_where_i
         serve_all(take_faults=False)
 
 
-def test_the_server_cache_drops_a_policy_that_raises_and_says_so():
-    """AgentCache (the server's cache, on SGLang's real classes) takes its policy's faults: a fault in the
-    policy's bookkeeping (here a workflow's end) is logged and counted in `policy_faults`, the worker evicts by
-    SGLang's LRU from then on, and the policy is consulted no more (a broken one would fault on every request)."""
+def test_the_server_cache_counts_a_policys_bookkeeping_faults_and_drops_it_on_an_eviction_fault(caplog):
+    """AgentCache (the server's cache, on SGLang's real classes) takes its policy's faults. One in its bookkeeping
+    (here a workflow's end) is counted in `policy_faults`, logged once per place, and the policy kept: one odd
+    request must not cost every tenant the policy. One inside eviction drops it for SGLang's LRU, said in the
+    statistics, and it is consulted no more."""
     from agentcache.replay.engine import build_cache
     from agentcache.server_ext.cache import AgentCache
 
@@ -706,11 +707,16 @@ def test_the_server_cache_drops_a_policy_that_raises_and_says_so():
         calls.append(args)
         raise RuntimeError("a bug in the policy")
 
-    cache.policy.on_end = cache.policy.expire = broken
+    cache.policy.on_end = broken
     key = WorkflowKey("", "w")
-    assert not cache.end_workflow(key, 1.0)
-    assert cache.expire(2.0) == 0 and len(calls) == 1, "not consulted after its fault"
+    assert cache.end_workflow(key, 1.0) is False and cache.end_workflow(key, 2.0) is False
+    assert len(calls) == 2 and cache.stats()["policy_faults"] == {"a workflow's end": 2}
+    assert len([r for r in caplog.records if "failed in a workflow's end" in r.getMessage()]) == 1
+    assert cache.stats()["policy"] == "pbkv", "kept"
+
+    cache.component.drop_policy("an eviction's choice", KeyError("a bug in the policy"))  # as eviction does
+    assert not cache.end_workflow(key, 3.0) and len(calls) == 2, "consulted no more"
     stats = cache.stats()
-    assert stats["policy_faults"] == {"a workflow's end": 1}
+    assert stats["policy_faults"] == {"a workflow's end": 2, "an eviction's choice": 1}
     assert stats["policy"] == "pbkv (dropped after a fault: evicting by lru)"
     assert type(cache.tree_core.eviction_strategy).__name__ == "LRUStrategy"
