@@ -647,9 +647,16 @@ def test_the_replay_table_shows_every_policy_name_whole_in_a_narrow_terminal():
     assert all(name in text for name in names), text
 
 
-@pytest.mark.parametrize("policy_name", ["pbkv", "lru"])  # its own kept-key heap; SGLang's walk over its keys
+@pytest.mark.parametrize(
+    ("policy_name", "host_tier", "fault_at", "where"),
+    [
+        ("pbkv", False, 40, "an eviction's choice"),  # its kept-key heap, taking a victim
+        ("lru", False, 40, "an eviction round's start"),  # SGLang's own walk, keying every leaf
+        ("pbkv", True, 400, "a host eviction"),  # SGLang's walk of the host tier (HiCache)
+    ],
+)
 def test_a_policy_that_raises_while_ordering_eviction_is_dropped_for_lru_where_its_owner_takes_faults(
-    small_traces, policy_name
+    small_traces, policy_name, host_tier, fault_at, where
 ):
     """The server takes the policy's faults (AgentCache): a policy that raised inside an eviction round took
     SGLang's scheduler, and every request on the worker, down with it. Now eviction goes on by SGLang's LRU,
@@ -665,12 +672,12 @@ def test_a_policy_that_raises_while_ordering_eviction_is_dropped_for_lru_where_i
 
         def priority(node):  # noqa: ANN001, ANN202
             asked.append(node)
-            if len(asked) == 40:
+            if len(asked) == fault_at:
                 raise KeyError("a bug in the policy")
             return keyed(node)
 
         policy.priority = priority  # before install: SGLang's walk binds it, pbkv's heap calls it
-        cache = CheckedReplayCache(capacity, policy)
+        cache = CheckedReplayCache(capacity, policy, host_capacity=capacity if host_tier else 0)
         faults: list = []
         if take_faults:
             cache.component.on_policy_fault = lambda where, exc: faults.append((where, exc))
@@ -684,7 +691,7 @@ def test_a_policy_that_raises_while_ordering_eviction_is_dropped_for_lru_where_i
         return cache, faults, evicted_at_fault
 
     cache, faults, evicted_at_fault = serve_all(take_faults=True)
-    assert [type(exc) for _, exc in faults] == [KeyError], "reported once, then consulted no more"
+    assert [(at, type(exc)) for at, exc in faults] == [(where, KeyError)], "reported once, then consulted no more"
     assert cache.component.policy is None and cache.component.eviction_heap is None
     assert type(cache.cache.tree_core.eviction_strategy).__name__ == "LRUStrategy"
     assert sum(cache.component.evicted_nodes.values()) > evicted_at_fault, "eviction went on after the fault"
