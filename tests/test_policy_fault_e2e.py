@@ -17,7 +17,7 @@ FAULT_INJECTION = Path(__file__).parent / "fault_injection"
 
 
 def request(i: int) -> dict:
-    """Prompts of 350 tokens that share a 50-token fixed prompt per agent: a 1,200-token cache evicts at most of them."""
+    """Prompts of 350 tokens that share a 50-token fixed prompt per agent: a 1,200-token cache evicts for most."""
     agent = i % 3
     tags = {"v": 1, "workflow": f"w{i % 5}", "agent": f"a{agent}", "fixed_tokens": 50}
     return {
