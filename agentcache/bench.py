@@ -142,10 +142,6 @@ class Workload:
     def requests(self) -> int:
         return len(self.trace.requests)
 
-    def mean_prompt_tokens(self) -> float:
-        requests = self.trace.requests
-        return sum(len(self.tokens.prompt(r)[0]) for r in requests) / max(1, len(requests))
-
     async def drive(
         self, base_url: str, headers: dict[str, str], *, send_ends: bool, on_answer: Callable[[], None] | None = None
     ) -> tuple[list[Sent], float]:
@@ -418,6 +414,23 @@ def vocab_size_of(model_path: str) -> int:
     return int(json.loads((Path(model_path) / "config.json").read_text())["vocab_size"])
 
 
+def context_length_of(model_path: str) -> int:
+    return int(json.loads((Path(model_path) / "config.json").read_text())["max_position_embeddings"])
+
+
+def check_servable(served: Trace, limit: int, token_scale: float) -> None:
+    """Refuse, before any server starts, a request that no server of this bench can hold (prompt and output
+    within the KV capacity and the model's context): it would only be refused, or its tokens not fit in memory."""
+    for index, request in enumerate(served.requests):
+        tokens = request.prompt_tokens + request.output
+        if tokens > limit:
+            raise BenchError(
+                f"request {index} (workflow {request.workflow!r}) needs {tokens:,} tokens at --token-scale"
+                f" {token_scale:g} (prompt and output), more than the {limit:,} a server here holds (the KV capacity"
+                " and the model's context)"
+            )
+
+
 def bench_trace(
     trace: Trace,
     opts: BenchOptions,
@@ -436,10 +449,12 @@ def bench_trace(
 
     model = ensure_model(opts.model_path, opts.model_size)
     opts.model_path = model
+    served = as_served(trace, token_scale, max_new_tokens)
+    mean_prompt = sum(r.prompt_tokens for r in served.requests) / len(served.requests)
+    capacity = opts.capacity or int(CAPACITY_FACTOR * mean_prompt)
+    check_servable(served, min(capacity, context_length_of(model)), token_scale)
     vocab = vocab_size_of(model)
     workload = Workload(trace, TokenMaker(vocab, token_scale), time_scale, max_new_tokens)
-    mean_prompt = workload.mean_prompt_tokens()
-    capacity = opts.capacity or int(CAPACITY_FACTOR * mean_prompt)
 
     def run_workload(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
         send_ends = not runs_on_plain_sglang(spec)

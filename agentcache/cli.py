@@ -193,14 +193,18 @@ def _run_replay(args: argparse.Namespace) -> int:
     from agentcache.policy import PolicyConfigError, parse_policies
     from agentcache.predictor import PredictorSpec
     from agentcache.replay.report import plot_timeline, print_table
+    from agentcache.replay.tokens import check_encodable
     from agentcache.trace import TraceError, read_trace
 
     capacities = _parse_capacities(args.capacity)
     _check_output("--plot", args.plot)
     try:
         trace = read_trace(args.trace)
+        check_encodable(trace.requests)
     except (TraceError, OSError) as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(f"{args.trace}: {exc}") from None
     if args.host_capacity < 0:
         raise UsageError(f"--host-capacity must be >= 0 tokens, got {args.host_capacity}")
     if not 0.0 <= args.noise <= 1.0:

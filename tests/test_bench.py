@@ -115,3 +115,19 @@ def test_as_served_is_the_workload_a_bench_run_sends():
         assert sent.prompt_tokens == len(tokens.prompt(original)[0]) < original.prompt_tokens
         assert [s.content_id for s in sent.segments] == [s.content_id for s in original.segments]
         assert sent.output == min(original.output, 4) and sent.output_id is None
+
+
+def test_a_request_no_server_can_hold_is_refused_before_any_server_starts(tmp_path, good_trace, capsys):
+    """A trace's request longer than the model's context (or than --capacity) was sent anyway: the server refused
+    it, or, with a segment of 10^12 tokens, the bench died of MemoryError making its tokens."""
+    from agentcache.trace import Meta, Request, Segment, Trace
+
+    huge = tmp_path / "huge.jsonl"
+    write_trace(huge, Trace(Meta(), [Request(0.0, "w", "a", (Segment("s", 10**12),), 1, 8, None)]))
+    assert main(["bench", str(huge), "--model-size", "tiny"]) == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert "request 0 (workflow 'w') needs 350,000,000,004 tokens at --token-scale 0.35" in err
+    assert "more than the 32,768 a server here holds" in err
+
+    assert main(["bench", str(good_trace), "--model-size", "tiny", "--capacity", "100"]) == 2
+    assert "more than the 100 a server here holds" in capsys.readouterr().err.replace("\n", "")

@@ -727,3 +727,23 @@ def test_the_server_cache_counts_a_policys_bookkeeping_faults_and_drops_it_on_an
     assert stats["policy_faults"] == {"a workflow's end": 2, "an eviction's choice": 1}
     assert stats["policy"] == "pbkv (dropped after a fault: evicting by lru)"
     assert type(cache.tree_core.eviction_strategy).__name__ == "LRUStrategy"
+
+
+@pytest.mark.parametrize(
+    ("segment_tokens", "output", "says"),
+    [
+        (10**12, 8, "request 0: segment 's' has 1,000,000,000,000 tokens; the replay encodes at most 1,048,575"),
+        (100, 10**11, "request 0: its output has 100,000,000,000 tokens; the replay encodes at most 1,048,575"),
+    ],
+)
+def test_a_trace_the_replay_cannot_encode_is_refused_in_one_line(tmp_path, capsys, segment_tokens, output, says):
+    """An output of 10^11 tokens ended `agentcache replay` in MemoryError (and one of 2^20 or more would have
+    run into the next segment's token ids); a segment over the limit in a ValueError traceback."""
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, Trace(Meta(), [Request(0.0, "w", "a", (Segment("s", segment_tokens),), 1, output, None)]))
+    assert main(["replay", str(path), "--capacity", "1000", "--policy", "lru"]) == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert f"{path}: {says}" in err and "Traceback" not in err

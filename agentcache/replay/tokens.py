@@ -20,7 +20,28 @@ from typing import NamedTuple
 from agentcache.trace import Request, Segment
 
 OFFSET_BITS = 20
-MAX_SEGMENT_TOKENS = 1 << OFFSET_BITS
+MAX_SEGMENT_TOKENS = 1 << OFFSET_BITS  # a segment's (or output's) offsets must stay within its chain's ids
+
+
+def check_encodable(requests: Sequence[Request]) -> None:
+    """Raise ValueError naming the first request with a segment or output too long to encode, before any token
+    is made (an output of 10^11 tokens ended a replay in MemoryError)."""
+    for index, request in enumerate(requests):
+        _check_lengths(request, index)
+
+
+def _check_lengths(request: Request, index: int) -> None:
+    for seg in request.segments:
+        if seg.tokens >= MAX_SEGMENT_TOKENS:
+            raise ValueError(
+                f"request {index}: segment {seg.content_id!r} has {seg.tokens:,} tokens; the replay encodes at most"
+                f" {MAX_SEGMENT_TOKENS - 1:,} per segment"
+            )
+    if request.output >= MAX_SEGMENT_TOKENS:
+        raise ValueError(
+            f"request {index}: its output has {request.output:,} tokens; the replay encodes at most"
+            f" {MAX_SEGMENT_TOKENS - 1:,}"
+        )
 
 
 class EncodedRequest(NamedTuple):
@@ -47,11 +68,8 @@ class TokenCodec:
         parent = 0
         fixed_len = 0
         segments: Sequence[Segment] = request.segments
+        _check_lengths(request, index)
         for i, seg in enumerate(segments):
-            if seg.tokens >= MAX_SEGMENT_TOKENS:
-                raise ValueError(
-                    f"request {index}: segment {seg.content_id!r} has {seg.tokens} tokens (max {MAX_SEGMENT_TOKENS - 1})"
-                )
             parent = self._chain(parent, seg.content_id)
             chains.append(parent)
             base = parent << OFFSET_BITS
