@@ -747,3 +747,19 @@ def test_a_trace_the_replay_cannot_encode_is_refused_in_one_line(tmp_path, capsy
     assert main(["replay", str(path), "--capacity", "1000", "--policy", "lru"]) == 2
     err = capsys.readouterr().err.replace("\n", "")
     assert f"{path}: {says}" in err and "Traceback" not in err
+
+
+def test_a_capacity_beyond_what_the_trace_can_fill_is_replayed_at_that_and_said(tmp_path, capsys):
+    """A KV pool is allocated whole: `--capacity 1000000000000` ended in the allocator's RuntimeError after SGLang's
+    import. From the trace's prompts and outputs in all up nothing is evicted, so that is what is replayed."""
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    requests = [Request(float(i), "w", "a", (Segment("sys", 300), Segment(f"q{i}", 50)), 1, 20, None) for i in range(3)]
+    write_trace(path, Trace(Meta(), requests))
+    assert main(["replay", str(path), "--capacity", "1000,1000000000000", "--policy", "lru", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out.strip().splitlines()[-1])
+    assert [row["capacity"] for row in rows] == [1000, 1110]
+    assert "from 1,110 tokens up" in captured.err.replace("\n", "")
