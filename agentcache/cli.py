@@ -205,17 +205,19 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except ValueError as exc:
         raise UsageError(f"{args.trace}: {exc}") from None
-    # A KV pool is allocated whole: one far beyond what the trace can fill ended in the allocator's RuntimeError.
+    # KV pools are allocated whole: one far beyond what the trace can fill failed in the allocator.
     most = max(2, sum(r.prompt_tokens + r.output for r in trace.requests)) * max(1, args.instances)
-    if max(capacities) > most:
-        console.print(
-            f"--capacity: from {most:,} tokens up (the trace's prompts and outputs in all, on each instance) nothing"
-            f" is ever evicted; replayed at {most:,}",
-            style="dim",
-            soft_wrap=True,
-            markup=False,
-        )
-        capacities = list(dict.fromkeys(min(c, most) for c in capacities))
+    for flag, asked in (("--capacity", max(capacities)), ("--host-capacity", args.host_capacity)):
+        if asked > most:
+            console.print(
+                f"{flag}: from {most:,} tokens up (the trace's prompts and outputs in all, on each instance) nothing"
+                f" is ever evicted; replayed at {most:,}",
+                style="dim",
+                soft_wrap=True,
+                markup=False,
+            )
+    capacities = list(dict.fromkeys(min(c, most) for c in capacities))
+    args.host_capacity = min(args.host_capacity, most)
     if args.host_capacity < 0:
         raise UsageError(f"--host-capacity must be >= 0 tokens, got {args.host_capacity}")
     if not 0.0 <= args.noise <= 1.0:

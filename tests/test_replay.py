@@ -750,8 +750,9 @@ def test_a_trace_the_replay_cannot_encode_is_refused_in_one_line(tmp_path, capsy
 
 
 def test_a_capacity_beyond_what_the_trace_can_fill_is_replayed_at_that_and_said(tmp_path, capsys):
-    """A KV pool is allocated whole: `--capacity 1000000000000` ended in the allocator's RuntimeError after SGLang's
-    import. From the trace's prompts and outputs in all up nothing is evicted, so that is what is replayed."""
+    """KV pools are allocated whole: `--capacity 1000000000000` ended in the allocator's RuntimeError after SGLang's
+    import, `--host-capacity` as large in SGLang's ValueError. From the trace's prompts and outputs in all up
+    nothing is evicted, so that is what is replayed."""
     from agentcache.cli import main
     from agentcache.trace import write_trace
 
@@ -762,4 +763,7 @@ def test_a_capacity_beyond_what_the_trace_can_fill_is_replayed_at_that_and_said(
     captured = capsys.readouterr()
     rows = json.loads(captured.out.strip().splitlines()[-1])
     assert [row["capacity"] for row in rows] == [1000, 1110]
-    assert "from 1,110 tokens up" in captured.err.replace("\n", "")
+    assert "--capacity: from 1,110 tokens up" in captured.err.replace("\n", "")
+    argv = ["replay", str(path), "--capacity", "1000", "--host-capacity", "1000000000000", "--policy", "lru"]
+    assert main(argv) == 0, "SGLang refused to allocate 4,000 GB of host memory"
+    assert "--host-capacity: from 1,110 tokens up" in capsys.readouterr().err.replace("\n", "")
