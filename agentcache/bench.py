@@ -351,9 +351,12 @@ def warm_up(base_url: str, headers: dict[str, str], vocab_size: int, prompt_toke
     with httpx.Client(base_url=base_url, headers=headers, timeout=600) as client:
         for _ in range(n):
             ids = [rng.randrange(10, max(11, vocab_size - 10)) for _ in range(max(1, prompt_tokens))]
-            client.post(
-                "/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}
-            ).raise_for_status()
+            answer = client.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 2}})
+            if answer.is_error:  # the server says why (a prompt beyond the KV capacity, say): pass it on
+                raise BenchError(
+                    f"the server refused a warm-up request of {len(ids):,} tokens (HTTP {answer.status_code}):"
+                    f" {answer.text.strip()[:500]}"
+                )
         client.post("/flush_cache").raise_for_status()
 
 
@@ -392,7 +395,7 @@ def measure(
                 stage(f"{where}: running")
                 sent, makespan = run_workload(server.base_url, headers, spec)
                 stats = {} if runs_on_plain_sglang(spec) else server_stats(server.base_url, headers)
-        except (ServerError, httpx.HTTPError) as exc:
+        except (ServerError, httpx.HTTPError, BenchError) as exc:
             raise BenchError(f"{where}: {exc}") from exc
         if stats.get("policy_faults"):  # a policy that raised is no measure of the policy
             log = f" (log: {options.log_path})" if options.log_path else ""

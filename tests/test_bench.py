@@ -131,3 +131,36 @@ def test_a_request_no_server_can_hold_is_refused_before_any_server_starts(tmp_pa
 
     assert main(["bench", str(good_trace), "--model-size", "tiny", "--capacity", "100"]) == 2
     assert "more than the 100 a server here holds" in capsys.readouterr().err.replace("\n", "")
+
+
+def test_a_refused_warm_up_says_why_the_server_refused_it():
+    """`agentcache demo --capacity 50` ended in "Client error '400 Bad Request' for url ..." and a link to MDN; the
+    reason was in SGLang's answer ("Input length (600 tokens) exceeds the maximum allowed length (44 tokens)"),
+    which is what a bench or demo run now says."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agentcache.bench import BenchError, warm_up
+
+    reason = {"error": {"message": "Input length (600 tokens) exceeds the maximum allowed length (44 tokens)."}}
+
+    class Refusing(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: ANN002
+            pass
+
+        def do_POST(self):  # noqa: N802 - SGLang's answer to a prompt longer than it can hold
+            self.rfile.read(int(self.headers["content-length"]))
+            data = json.dumps(reason).encode()
+            self.send_response(400)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(BenchError, match=r"refused a warm-up request of 600 tokens \(HTTP 400\): .*exceeds"):
+            warm_up(f"http://127.0.0.1:{server.server_address[1]}", {}, 675, 600, 1)
+    finally:
+        server.shutdown()
