@@ -413,12 +413,12 @@ def server_stats(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
     return r.json()
 
 
+def model_config(model_path: str) -> dict[str, Any]:
+    return json.loads((Path(model_path) / "config.json").read_text())
+
+
 def vocab_size_of(model_path: str) -> int:
-    return int(json.loads((Path(model_path) / "config.json").read_text())["vocab_size"])
-
-
-def context_length_of(model_path: str) -> int:
-    return int(json.loads((Path(model_path) / "config.json").read_text())["max_position_embeddings"])
+    return int(model_config(model_path)["vocab_size"])
 
 
 def check_servable(served: Trace, limit: int, token_scale: float) -> None:
@@ -452,11 +452,12 @@ def bench_trace(
 
     model = ensure_model(opts.model_path, opts.model_size)
     opts.model_path = model
+    config = model_config(model)
     served = as_served(trace, token_scale, max_new_tokens)
     mean_prompt = sum(r.prompt_tokens for r in served.requests) / len(served.requests)
     capacity = opts.capacity or int(CAPACITY_FACTOR * mean_prompt)
-    check_servable(served, min(capacity, context_length_of(model)), token_scale)
-    vocab = vocab_size_of(model)
+    check_servable(served, min(capacity, int(config["max_position_embeddings"])), token_scale)
+    vocab = int(config["vocab_size"])
     workload = Workload(trace, TokenMaker(vocab, token_scale), time_scale, max_new_tokens)
 
     def run_workload(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:

@@ -91,7 +91,7 @@ class AgentCache(UnifiedRadixCache):
         install_policy(self, self.policy)
         self.component: TaggedFullComponent = self.components[FULL]
         self.component.on_policy_fault = self._policy_dropped
-        self.policy_faults: Counter[str] = Counter()  # where the policy raised (the first fault drops it)
+        self.policy_faults: Counter[str] = Counter()  # where the policy raised (one inside eviction drops it)
         self.now = 0.0
         self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
         self._prefetch_version = -1

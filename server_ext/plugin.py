@@ -67,13 +67,8 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
 
     # Exported before SGLang spawns its schedulers, which inherit the environment.
     flagged = {}  # setting -> the flag that set it, for the errors
-    for setting, env in (
-        ("policy", config.POLICY_ENV),
-        ("lease", config.LEASE_ENV),
-        ("call_graph", config.CALL_GRAPH_ENV),
-        ("predictor", config.PREDICTOR_ENV),
-        ("prefetch", config.PREFETCH_ENV),
-    ):
+    for setting in ("policy", "lease", "call_graph", "predictor", "prefetch"):
+        env = getattr(config.ENV_NAMES, setting)
         value = getattr(args, f"agentcache_{setting}", None)
         if value is not None:
             os.environ[env] = str(value)

@@ -163,8 +163,9 @@ class TaggedFullComponent(FullComponent):
 
     def drop_policy(self, where: str, exc: Exception) -> None:
         """The policy raised where eviction consults it (`where`): report it, and evict by SGLang's LRU from now
-        on, the policy consulted no more; raise it where no owner takes faults."""
-        if self.on_policy_fault is None:
+        on, the policy consulted no more; raise it where no owner takes faults, or where the policy was dropped
+        already (SGLang's own fault, not the policy's)."""
+        if self.on_policy_fault is None or self.policy is None:
             raise exc
         self.on_policy_fault(where, exc)
         self.policy = None
@@ -223,8 +224,6 @@ class TaggedFullComponent(FullComponent):
                 return super()._evict_device_start(request_cnt)
             self.eviction_heap.sync(self.tree_core)
         except Exception as exc:
-            if self.policy is None:  # SGLang's own fault, not the policy's
-                raise
             self.drop_policy("an eviction round's start", exc)
             self._round_unordered = False
             return super()._evict_device_start(request_cnt)
@@ -235,8 +234,6 @@ class TaggedFullComponent(FullComponent):
         try:
             return self._next_victim(tracker, device_frees, host_frees, cache_actions)
         except Exception as exc:
-            if self.policy is None:
-                raise
             self.drop_policy("an eviction's choice", exc)
             return self._next_victim(tracker, device_frees, host_frees, cache_actions)
 
@@ -271,8 +268,6 @@ class TaggedFullComponent(FullComponent):
         try:
             super().drive_host_eviction(num_tokens, tracker, device_frees, host_frees, cache_actions)
         except Exception as exc:
-            if self.policy is None:
-                raise
             self.drop_policy("a host eviction", exc)
             super().drive_host_eviction(num_tokens, tracker, device_frees, host_frees, cache_actions)
 
