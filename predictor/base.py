@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 END = "<END>"  # the workflow finished: absorbing
 START = "<START>"  # marks the beginning of a workflow's path in contexts; never predicted
@@ -28,6 +30,9 @@ Forecast = list[dict[str, float]]  # K rows; each maps agent (or END) -> probabi
 logger = logging.getLogger("agentcache")
 
 
+# Compiled with mypyc (agentcache.compiled), subclassed by the predictors that are not. What a subclass
+# overrides in its class body is a ClassVar here: compiled code reads any other attribute from this class's slot.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Predictor(ABC):
     """Forecasts a workflow's next `horizon` agents from the agents it called so far.
 
@@ -37,8 +42,10 @@ class Predictor(ABC):
 
     name: str = "predictor"
     source: str = ""  # where its knowledge comes from, for messages: "the call graph g.json", "the model m.pt"
-    learns_online: bool = True  # False: it knows a fixed set of agents (a call graph, a trained model)
-    offline: bool = False  # True: it reads a recorded trace's future (replay only); its faults are bugs to show
+    learns_online: ClassVar[bool] = True  # False: it knows a fixed set of agents (a call graph, a trained model)
+    offline: ClassVar[bool] = (
+        False  # True: it reads a recorded trace's future (replay only); its faults are bugs to show
+    )
 
     def __init__(self, horizon: int = 3):
         if horizon < 1:

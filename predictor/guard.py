@@ -44,7 +44,8 @@ def is_forecast(rows: object, horizon: int) -> bool:
         ):
             return False
         try:
-            total, lowest = sum(probabilities), min(probabilities)
+            # A float start: summed as floats (an int too large for one raises here), and typed so for mypyc.
+            total, lowest = sum(probabilities, 0.0), min(probabilities)
         except (ArithmeticError, ValueError):  # an int too large for a float beside a float, say
             return False
         if not (lowest >= 0.0 and math.isfinite(total) and abs(total - 1.0) <= TOLERANCE):

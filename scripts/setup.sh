@@ -56,7 +56,7 @@ else
     # minutes; one after the other settles at once, and the server runs with the
     # result (checked by the end-to-end tests).
     step "installing agentcache with the framework extras"
-    "${PIP[@]}" install -q -c "$CONSTRAINTS" -e "$ROOT[langgraph,autogen,crewai,predictor,dev]" \
+    "${PIP[@]}" install -q -c "$CONSTRAINTS" -e "$ROOT[langgraph,autogen,crewai,predictor,compiled,dev]" \
         "prometheus-client>=0.20" sglang-router==0.3.2
     step "making torchvision importable beside CPU torch"
     "$VENV/bin/python" "$ROOT/scripts/patch_torchvision.py"
@@ -66,12 +66,19 @@ else
     echo "$ROOT/server_ext/shims" >"$SITE/agentcache_sgl_kernel_stub.pth"
 fi
 
+step "compiling the policy core to C (mypyc; it runs on SGLang's scheduler thread)"
+"$VENV/bin/python" -m agentcache.build_compiled ||
+    echo "setup: WARNING: the policy core could not be compiled (a C compiler and Python's headers are needed):" \
+        "it runs from its Python source, the same policy at a higher cost per request" >&2
+
 step "checking the install"
 SGLANG_USE_CPU_ENGINE=$([ "$MODE" = cpu ] && echo 1 || echo 0) "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md
 import sglang, torch
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: F401
 import agentcache.server_ext.cache  # noqa: F401
-print(f"torch {torch.__version__} | sglang {sglang.__version__} | agentcache {md.version('agentcache')}")
+from agentcache import compiled
+print(f"torch {torch.__version__} | sglang {sglang.__version__} | agentcache {md.version('agentcache')}"
+      f" | policy core {compiled.active()}")
 EOF
 echo "setup: done ($MODE). Run: .venv/bin/agentcache --help"

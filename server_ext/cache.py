@@ -34,6 +34,7 @@ from typing import Any
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from agentcache import compiled
 from agentcache import tags as tags_module
 from agentcache.cost import DEFAULT_COST
 from agentcache.engine.adapter import (
@@ -105,7 +106,11 @@ class AgentCache(UnifiedRadixCache):
         self.workflows = WorkflowRecords()
         self.tenants = TenantCounters()
         logger.info(
-            "agentcache: policy %s, lease %.0f s, tree core %s", cfg.policy, cfg.lease_s, type(self.tree_core).__name__
+            "agentcache: policy %s (its core %s), lease %.0f s, tree core %s",
+            cfg.policy,
+            compiled.active(),
+            cfg.lease_s,
+            type(self.tree_core).__name__,
         )
 
     # -- requests
@@ -283,6 +288,7 @@ class AgentCache(UnifiedRadixCache):
         return {
             "policy": self.config.policy.text + (" (dropped after a fault: evicting by lru)" if dropped else ""),
             "scope": "server",
+            "policy_core": compiled.active(),
             "held_tokens": self._consult("statistics", held_by_class, self, self.policy) or {},
             "active_workflows": len(registry),
             "retired_workflows": registry.retired_count,

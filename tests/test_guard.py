@@ -68,7 +68,7 @@ def test_pbkv_keeps_ranking_with_a_broken_predictor():
     assert isinstance(policy.predictor.fallback, MarkovPredictor)
 
 
-def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always(monkeypatch):
+def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always():
     class Kept(Predictor):  # keeps its forecast per context, as the online Markov does
         def __init__(self):
             super().__init__(horizon=2)
@@ -77,15 +77,13 @@ def test_a_forecast_returned_again_is_checked_once_and_a_new_one_always(monkeypa
         def predict(self, path, hidden=None):
             return self.rows
 
-    checked = []
-    monkeypatch.setattr(
-        guard_module, "is_forecast", lambda rows, horizon: checked.append(rows) or is_forecast(rows, horizon)
-    )
     inner = Kept()
     guard = GuardedPredictor(inner, budget_ms=None)
-    for _ in range(5):
+    assert guard.predict(["x"]) is inner.rows  # checked, and passed
+    inner.rows[0]["a"] = math.nan  # changed in place, which a predictor must not do: not checked again
+    for _ in range(4):
         assert guard.predict(["x"]) is inner.rows
-    assert len(checked) == 1
+    assert guard.faults["invalid"] == 0
     inner.rows = [{"a": math.nan, END: 1.0}, {END: 1.0}]  # a new object: checked, and caught
     assert guard.predict(["x"]) == guard.fallback.predict(["x"]) and guard.faults["invalid"] == 1
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from agentcache.bench import BenchError, BenchOptions, measure, vocab_size_of
+from agentcache.compiled import PURE_ENV
 from agentcache.policy.spec import PolicySpec
 from agentcache.server_ext.cluster import free_port
 from agentcache.server_ext.launcher import ensure_model
@@ -34,6 +35,8 @@ def test_a_policy_that_raises_in_the_live_server_is_dropped_for_lru_and_a_bench_
         "PYTHONPATH", os.pathsep.join(filter(None, [str(FAULT_INJECTION), os.environ.get("PYTHONPATH")]))
     )
     monkeypatch.setenv("AGENTCACHE_TEST_FAULT_AFTER", "30")
+    # The fault is injected by replacing a method of pbkv's class, which its compiled build does not allow.
+    monkeypatch.setenv(PURE_ENV, "1")
     answers: list[int] = []
 
     def run_workload(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list, float]:

@@ -411,7 +411,7 @@ def test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would(
     from sglang.srt.mem_cache.unified_cache.components import FullComponent
 
     import agentcache.replay.runner as runner
-    from agentcache.engine.adapter import RecordedLeaves
+    from agentcache.engine.heap import RecordedLeaves
     from agentcache.policy.pbkv import PBKVPolicy
 
     if family == "cachescout_gsm8k":  # the recorded trace at the suite's tightest capacity for it
@@ -476,11 +476,11 @@ def test_every_key_pbkv_keeps_is_the_key_it_would_compute_afresh(family, timed, 
     prepared = PreparedTrace(small_traces[family])
     capacity = int(mean_prompt(prepared) * 3)
     compared, stale = [0], []
-    original_sync = adapter.EvictionHeap.sync
+    original_start = adapter.TaggedFullComponent._evict_device_start
 
-    def checked_sync(self, tree):
-        policy = self.policy
-        for node in tree.evictable_device_leaves:
+    def checked_start(self, request_cnt):  # an eviction round starts: the heap is brought up to date next
+        policy, tree = self.policy, self.tree_core
+        for node in tree.evictable_device_leaves if self.eviction_heap is not None else ():
             t = getattr(node, TAGS_ATTR, None)
             if t is None or t.key is None or t.key_epoch != policy._epoch or t.key[-1] != node.last_access_time:
                 continue  # not kept as current: recomputed at its next use
@@ -488,9 +488,9 @@ def test_every_key_pbkv_keeps_is_the_key_it_would_compute_afresh(family, timed, 
             fresh = policy._priority(node, t)
             if fresh != t.key:
                 stale.append((t.key, fresh))
-        return original_sync(self, tree)
+        return original_start(self, request_cnt)
 
-    monkeypatch.setattr(adapter.EvictionHeap, "sync", checked_sync)
+    monkeypatch.setattr(adapter.TaggedFullComponent, "_evict_device_start", checked_start)
     if timed:
         serve_trace(prepared, policy, capacity, time_scale=0.05)
     else:

@@ -21,7 +21,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, Final, NamedTuple, Protocol
+
+from mypy_extensions import mypyc_attr
 
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
@@ -131,14 +133,16 @@ def node_tokens(node: CacheNode) -> int:
 class NodeClass:
     """Coarse node classes, for statistics and for the lifecycle tier."""
 
-    RETIRED = "retired"  # touched by workflows, none of them still active
-    FIXED = "fixed"  # part of an agent's fixed prompt, used by an active workflow
-    HISTORY = "history"  # an active workflow's dynamic suffix
-    UNTAGGED = "untagged"  # no tagged request ever touched it
+    RETIRED: Final = "retired"  # touched by workflows, none of them still active
+    FIXED: Final = "fixed"  # part of an agent's fixed prompt, used by an active workflow
+    HISTORY: Final = "history"  # an active workflow's dynamic suffix
+    UNTAGGED: Final = "untagged"  # no tagged request ever touched it
 
-    ALL = (RETIRED, FIXED, HISTORY, UNTAGGED)
+    ALL: Final = (RETIRED, FIXED, HISTORY, UNTAGGED)
 
 
+# Compiled with mypyc (agentcache.compiled), subclassed by the policies that are not.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CachePolicy(ABC):
     """Base class: keeps the workflow registry and node tags current; subclasses rank nodes."""
 

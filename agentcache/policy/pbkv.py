@@ -68,7 +68,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy.base import (
@@ -223,6 +223,9 @@ class PBKVPolicy(CachePolicy):
         # depends on changed since (then its key_epoch is reset). A refresh starts a new epoch.
         self._epoch = 0
         self._refreshes = 0
+        # The work done, for benchmarks and tests (the compiled policy's methods cannot be wrapped to count it):
+        # eviction keys asked for and those computed (the rest were kept), timing weights computed.
+        self.keys_asked = self.keys_computed = self.weights_computed = 0
         self._refresh_every = REFRESH_EVERY
         self._since_refresh = REFRESH_EVERY  # refresh at the first request
         # active workflow -> the nodes it touched whose keys read it (a fixed prompt's read the demand alone)
@@ -378,8 +381,9 @@ class PBKVPolicy(CachePolicy):
             self.retired_ages.evicted(_latest_agents(t), self._now - t.last_access, tokens)
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
-        self.predictor.observe(state.path[:-1], state.agent)
-        rows = self.predictor.predict(state.path)
+        path = state.path  # the transition's agent appended
+        self.predictor.observe(path[:-1], path[-1])
+        rows = self.predictor.predict(path)
         # Workflows at the same point get the same rows (until the predictor refreshes): read them once.
         read = self._read_forecasts.get(rows)
         if read is None:
@@ -460,6 +464,7 @@ class PBKVPolicy(CachePolicy):
         step_gap = self.gaps.mean
         if not self.ingredients.timing or step_gap <= 0.0:
             return 1.0
+        self.weights_computed += 1
         return self.gamma ** (self._gaps_after(state).residual(self._now - state.last_seen) / step_gap)
 
     def _gaps_after(self, state: WorkflowState) -> GapModel:
@@ -478,6 +483,7 @@ class PBKVPolicy(CachePolicy):
         chosen: dict[str | None, GapModel] = {}
 
         def weight(state: WorkflowState) -> float:
+            self.weights_computed += 1
             path = state.path
             agent = path[-1] if path else None
             gaps = chosen.get(agent)
@@ -603,7 +609,7 @@ class PBKVPolicy(CachePolicy):
             workflow = state.id
             weight = weigh(state)
             keyed_weight = keyed_weights.get(workflow)
-            if _moved(keyed_weight, weight):
+            if keyed_weight is None or _moved(keyed_weight, weight):
                 rising = keyed_weight is not None and weight > keyed_weight
                 self._invalidate(nodes_of.get(workflow), rising=rising)
                 keyed_weight = weight
@@ -670,10 +676,12 @@ class PBKVPolicy(CachePolicy):
                 if a in fixed:
                     continue
                 pair = latest.get(a)
-                current = pair is not None and pair.stamp == stamp  # on the pair's latest path
-                if current_only and not current:
+                if pair is not None and pair.stamp == stamp:  # on the pair's latest path
+                    read = share(a, pair.region(t.depth)) if reuse else 1.0
+                elif current_only:
                     continue
-                read = share(a, pair.region(t.depth)) if reuse and current else 1.0
+                else:
+                    read = 1.0
                 if values:
                     total += weight * values.get(a, 0.0) * read
                 if a == waiting:
@@ -684,9 +692,11 @@ class PBKVPolicy(CachePolicy):
         """The eviction key, kept on the node until something it depends on changes (see REFRESH_EVERY)."""
         if self._arrived:  # a key asked outside an eviction round (SGLang's host tier) counts them too
             self._count_waiting()
+        self.keys_asked += 1
         t = getattr(node, TAGS_ATTR, None)
         if t is not None and t.key_epoch == self._epoch and t.key[-1] == node.last_access_time:
             return t.key
+        self.keys_computed += 1
         key = self._priority(node, t)
         if t is not None:
             t.key, t.key_epoch = key, self._epoch
@@ -695,12 +705,12 @@ class PBKVPolicy(CachePolicy):
     def _priority(self, node: CacheNode, t: NodeTags | None) -> tuple:
         ing = self.ingredients
         tiered = ing.lifecycle and t is not None and not (ing.fixed_by_forecast and t.fixed_agents)
-        if tiered and self.is_retired(t):
+        if tiered and t is not None and self.is_retired(t):
             return self._retired_key(node, t)
         value = self.score(node, t)
         if ing.evidence and t is not None:
             value *= (t.hits + 1) / (t.hits + 2)
-        if tiered and ing.retired_evidence and value < self.retired_reads.share_of(t):
+        if tiered and t is not None and ing.retired_evidence and value < self.retired_reads.share_of(t):
             return self._retired_key(node, t)  # its own workflows will read it less than others read retired cache
         if ing.cost and value > 0.0:
             depth = t.depth if t is not None else node_tokens(node)
@@ -776,7 +786,7 @@ class ReuseEvidence:
     tokens. Learned per agent from what happens, in tokens, with all agents' shares as the prior; bounded
     in agents (the least recently observed forgotten)."""
 
-    PARTS = (CONTEXT, FRESH, OUTPUT)
+    PARTS: Final = (CONTEXT, FRESH, OUTPUT)
 
     def __init__(self) -> None:
         # agent -> per part, three counts: [tokens read again, tokens, observations]
@@ -800,7 +810,8 @@ class ReuseEvidence:
         node, below = previous.end, None
         while node is not None and id(node) not in held:
             node, below = getattr(node, "parent", None), node
-        shared = tags_of(node).depth if node is not None and tags_of(node) is not None else 0
+        shared_tags = tags_of(node) if node is not None else None
+        shared = shared_tags.depth if shared_tags is not None else 0
         if shared < previous.depth and below is not None:
             t = tags_of(below)
             if t is None or t.evicted:

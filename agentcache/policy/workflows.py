@@ -78,7 +78,8 @@ class WorkflowRegistry:
             state = next(iter(self._active.values()))
             if now - state.last_seen < self.lease_s:
                 break
-            expired.append(self._retire(state.id, expired=True))
+            self._retire(state.id, expired=True)
+            expired.append(state)
         return expired
 
     def _retire(self, workflow: WorkflowKey, *, expired: bool) -> WorkflowState | None:
