@@ -209,20 +209,19 @@ class MarkovPredictor(Predictor):
         rows: Forecast = []
         for step in range(self.horizon):
             last = step == self.horizon - 1  # where the chain goes after the last row is never read
-            row: dict[str, float] = defaultdict(float)
-            row[END] = ended
-            nxt: dict[tuple[str, ...], float] = defaultdict(float)
+            row: dict[str, float] = {END: ended}
+            nxt: dict[tuple[str, ...], float] = {}
             for context, p in states.items():
                 for agent, q, successor in self._successors(context):
                     pq = p * q
-                    row[agent] += pq
+                    row[agent] = row.get(agent, 0.0) + pq
                     if last:
                         continue
                     if successor is None:
                         ended += pq
                     else:
-                        nxt[successor] += pq
-            rows.append(dict(row))
+                        nxt[successor] = nxt.get(successor, 0.0) + pq
+            rows.append(row)
             if last:
                 break
             states = {}

@@ -21,7 +21,8 @@ class GapModel:
         self._recent: deque[float] = deque()
         self._sorted: list[float] = []
         self._total = 0.0  # sum of the window, kept as gaps come and go: the policy reads the mean for every key
-        self._suffix: list[float] | None = None  # suffix sums of _sorted, rebuilt lazily
+        # sums of the longest gaps ([k]: of the k + 1 longest), rebuilt lazily
+        self._longest_sums: list[float] | None = None
 
     def add(self, gap: float) -> None:
         if gap < 0:
@@ -33,7 +34,7 @@ class GapModel:
             old = self._recent.popleft()
             del self._sorted[bisect_right(self._sorted, old) - 1]
             self._total -= old
-        self._suffix = None
+        self._longest_sums = None
 
     @property
     def count(self) -> int:
@@ -52,11 +53,11 @@ class GapModel:
         i = bisect_right(gaps, idle)
         if i == count:
             return idle  # longer than anything seen: it may never come back
-        if self._suffix is not None:
-            longer = self._suffix[i]
+        if self._longest_sums is not None:
+            longer = self._longest_sums[count - 1 - i]
         elif i * 8 < count:  # a workflow asked about just after its request, as after every gap added
             longer = self._total - sum(gaps[:i])
         else:
-            self._suffix = list(accumulate(reversed(gaps)))[::-1]
-            longer = self._suffix[i]
+            self._longest_sums = list(accumulate(reversed(gaps)))
+            longer = self._longest_sums[count - 1 - i]
         return longer / (count - i) - idle

@@ -474,24 +474,15 @@ class PBKVPolicy(CachePolicy):
         gaps = self.gaps_after.get(path[-1]) if path else None
         return gaps if gaps is not None and gaps.count >= MIN_AGENT_GAPS else self.gaps
 
-    def _weigher(self) -> Callable[[WorkflowState], float]:
-        """timing_weight at the current time for every workflow a refresh visits (each agent's gaps picked once)."""
-        step_gap = self.gaps.mean
-        if not self.ingredients.timing or step_gap <= 0.0:
-            return lambda state: 1.0
-        gamma, now, gaps_after = self.gamma, self._now, self._gaps_after
-        chosen: dict[str | None, GapModel] = {}
-
-        def weight(state: WorkflowState) -> float:
-            self.weights_computed += 1
-            path = state.path
-            agent = path[-1] if path else None
-            gaps = chosen.get(agent)
-            if gaps is None:
-                gaps = chosen[agent] = gaps_after(state)
-            return gamma ** (gaps.residual(now - state.last_seen) / step_gap)
-
-        return weight
+    def _refresh_weight(self, state: WorkflowState, chosen: dict[str | None, GapModel], step_gap: float) -> float:
+        """timing_weight for a refresh, which picks each agent's gaps once (in `chosen`) for all its workflows."""
+        self.weights_computed += 1
+        path = state.path
+        agent = path[-1] if path else None
+        gaps = chosen.get(agent)
+        if gaps is None:
+            gaps = chosen[agent] = self._gaps_after(state)
+        return self.gamma ** (gaps.residual(self._now - state.last_seen) / step_gap)
 
     def _update(self, state: WorkflowState) -> None:
         """A workflow moved on (or its request was admitted): its weight, its part of the demand, its nodes."""
@@ -594,8 +585,10 @@ class PBKVPolicy(CachePolicy):
         demand: dict[str, float] = dict(self._arrivals)
         # The most recently active workflows only: bounded work per refresh, however many workflows
         # hostile or forgetful clients leave open (the older ones are the least likely to call soon).
-        weigh, keyed_weights, nodes_of, values_of, pending = (
-            self._weigher(),
+        step_gap = self.gaps.mean
+        timed = ingredients.timing and step_gap > 0.0
+        chosen: dict[str | None, GapModel] = {}
+        keyed_weights, nodes_of, values_of, pending = (
             self._weights,
             self._nodes_of,
             self._values,
@@ -607,7 +600,7 @@ class PBKVPolicy(CachePolicy):
         weight_of_values: dict[int, list] = {}
         for state in self.registry.recent(MAX_FORECAST_WORKFLOWS):
             workflow = state.id
-            weight = weigh(state)
+            weight = self._refresh_weight(state, chosen, step_gap) if timed else 1.0
             keyed_weight = keyed_weights.get(workflow)
             if keyed_weight is None or _moved(keyed_weight, weight):
                 rising = keyed_weight is not None and weight > keyed_weight
