@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentcache.compiled import BUILD_DIR, GROUP, MANIFEST, MODULES, SHARED_MODULE, Build, digest, source_of
+from agentcache.compiled import BUILD_DIR, GROUP, MANIFEST, MODULES, SHARED_MODULE, Build, digest
 
 
 def build(directory: Path = BUILD_DIR) -> Build:
@@ -25,7 +25,6 @@ def build(directory: Path = BUILD_DIR) -> Build:
 
     import agentcache
 
-    sources = {name: source_of(name) for name in MODULES}
     with tempfile.TemporaryDirectory(prefix="agentcache-compile-") as tmp:
         staged = Path(tmp) / "src"
         # The whole package, so that mypy types every import of a compiled module; only MODULES are compiled.
@@ -40,13 +39,15 @@ def build(directory: Path = BUILD_DIR) -> Build:
                 shutil.copyfile(py, target / py.name)
         for py in Path(agentcache.__file__).parent.glob("*.py"):
             shutil.copyfile(py, staged / "agentcache" / py.name)
-        paths = [str(Path(*name.split(".")).with_suffix(".py")) for name in MODULES]
+        paths = {name: str(Path(*name.split(".")).with_suffix(".py")) for name in MODULES}
+        # The digests of what is compiled, read from the staged copies: an edit during the build makes it stale.
+        digests = {name: digest(staged / path) for name, path in paths.items()}
         cwd = os.getcwd()
         os.chdir(staged)
         try:
             # Only the compiled modules must type-check; what they import is read for its types alone.
             flags = ["--ignore-missing-imports", "--follow-imports=silent", "--no-site-packages"]
-            extensions = mypycify([*paths, *flags], opt_level="3", group_name=GROUP)
+            extensions = mypycify([*paths.values(), *flags], opt_level="3", group_name=GROUP)
             distribution = Distribution({"ext_modules": extensions, "script_name": "setup.py"})
             command = distribution.get_command_obj("build_ext")
             command.build_lib = str(Path(tmp) / "lib")
@@ -66,9 +67,9 @@ def build(directory: Path = BUILD_DIR) -> Build:
                             built
                         )
                     ),
-                    "source_sha256": digest(source),
+                    "source_sha256": digests[name],
                 }
-                for name, source in sources.items()
+                for name in MODULES
             },
         }
         (built / MANIFEST).write_text(json.dumps(manifest, indent=1))

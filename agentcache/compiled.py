@@ -95,9 +95,13 @@ class Build:
         missing = [str(f) for f in files.values() if not f.is_file()]
         if missing:
             return cls(directory, {}, f"files missing: {', '.join(missing)}")
-        changed = [
-            str(source_of(name)) for name, entry in modules.items() if digest(source_of(name)) != entry["source_sha256"]
-        ]
+        try:
+            sources = {name: source_of(name) for name in modules}
+            changed = [
+                str(sources[name]) for name, entry in modules.items() if digest(sources[name]) != entry["source_sha256"]
+            ]
+        except (ImportError, OSError, KeyError, TypeError) as e:  # a source gone, or a manifest entry malformed
+            return cls(directory, {}, f"sources not readable against {manifest_path}: {e}")
         if changed:
             return cls(
                 directory,

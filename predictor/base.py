@@ -30,8 +30,9 @@ Forecast = list[dict[str, float]]  # K rows; each maps agent (or END) -> probabi
 logger = logging.getLogger("agentcache")
 
 
-# Compiled with mypyc (agentcache.compiled), subclassed by the predictors that are not. What a subclass
-# overrides in its class body is a ClassVar here: compiled code reads any other attribute from this class's slot.
+# Compiled with mypyc (agentcache.compiled), subclassed by the predictors that are not. Compiled code reads an
+# attribute from this class's slot, blind to a value a subclass's class body gives it, unless it is a ClassVar:
+# `learns_online` and `offline` are; `name`, which some set per instance, compiled code reads with getattr.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Predictor(ABC):
     """Forecasts a workflow's next `horizon` agents from the agents it called so far.
@@ -43,9 +44,8 @@ class Predictor(ABC):
     name: str = "predictor"
     source: str = ""  # where its knowledge comes from, for messages: "the call graph g.json", "the model m.pt"
     learns_online: ClassVar[bool] = True  # False: it knows a fixed set of agents (a call graph, a trained model)
-    offline: ClassVar[bool] = (
-        False  # True: it reads a recorded trace's future (replay only); its faults are bugs to show
-    )
+    # True: it reads a recorded trace's future (replay only); its faults are bugs to show
+    offline: ClassVar[bool] = False
 
     def __init__(self, horizon: int = 3):
         if horizon < 1:

@@ -89,9 +89,12 @@ def test_a_build_older_than_one_source_is_not_loaded_at_all_and_says_which_sourc
         ({"cache_tag": "cpython-399"}, "built for cpython-399"),
         ({"modules": {}}, "another list of modules"),
         ({"shared": "gone.so"}, "files missing"),
+        ({"modules": {name: {"file": f"{name}.so"} for name in MODULES}}, "sources not readable"),
     ],
 )
-def test_a_build_for_another_python_or_list_or_with_files_missing_is_not_loaded(tmp_path, change, problem):
+def test_a_build_for_another_python_or_list_with_files_missing_or_a_bad_manifest_is_not_loaded(
+    tmp_path, change, problem
+):
     build = Build.read(write_build(tmp_path, **change))
     assert build.files == {} and problem in str(build.problem)
     assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
