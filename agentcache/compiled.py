@@ -124,11 +124,26 @@ class CompiledFinder(MetaPathFinder):
         if fullname not in MODULES and fullname != SHARED_MODULE:
             return None
         if self.build is None:
-            self.build = Build.read(self.directory)
-            if self.build.problem is not None and self.build.problem.startswith("stale"):
-                logger.warning("agentcache: the compiled policy core is %s; running it from source", self.build.problem)
+            self.build = self._loaded(Build.read(self.directory))
         file = self.build.files.get(fullname)
         return importlib.util.spec_from_file_location(fullname, file) if file is not None else None
+
+    @staticmethod
+    def _loaded(build: Build) -> Build:
+        """`build` with its shared library loaded, which holds every module's code (where it loads, each
+        module's stub does), or with the reason it cannot be: then nothing of it is served."""
+        if build.problem is None:
+            try:
+                spec = importlib.util.spec_from_file_location(SHARED_MODULE, build.files[SHARED_MODULE])
+                assert spec is not None and spec.loader is not None
+                library = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(library)
+                sys.modules[SHARED_MODULE] = library
+            except Exception as e:  # a damaged file, or one built against another runtime: never an import error
+                build = Build(build.directory, {}, f"unloadable: {e}")
+        if build.problem is not None and build.problem.startswith(("stale", "unloadable")):
+            logger.warning("agentcache: the compiled policy core is %s; running it from source", build.problem)
+        return build
 
 
 def install() -> None:

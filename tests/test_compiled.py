@@ -38,6 +38,9 @@ def test_where_setup_built_the_core_every_module_of_it_runs_compiled_and_the_swi
     env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
     found = module_files(env)
     assert found["active"] == "compiled (mypyc)"
+    finder = CompiledFinder()
+    assert finder.find_spec("agentcache.policy.lru") is None  # not compiled: Python's own finders
+    assert finder.find_spec("json") is None
     assert all(Path(f).is_relative_to(BUILD_DIR) and not f.endswith(".py") for f in found["files"].values()), found
     pure = module_files({**env, PURE_ENV: "1"})
     assert pure["active"] == f"pure Python ({PURE_ENV} is set)"
@@ -59,13 +62,18 @@ def write_build(directory: Path, **changes: object) -> Path:
     return directory
 
 
-def test_a_build_matching_every_source_is_served_and_nothing_else_is(tmp_path):
+def test_a_build_whose_library_does_not_load_is_not_served_and_says_why_once(tmp_path, caplog):
+    """Matching every source, but its files damaged (here empty) or built against another runtime: an import of
+    the policy core must not fail for it."""
     finder = CompiledFinder(write_build(tmp_path))
-    spec = finder.find_spec("agentcache.policy.pbkv")
-    assert spec is not None and spec.origin == str(tmp_path / "agentcache.policy.pbkv.so")
-    assert finder.find_spec(compiled.SHARED_MODULE) is not None
-    assert finder.find_spec("agentcache.policy.lru") is None  # not compiled: Python's own finders
-    assert finder.find_spec("json") is None
+    with caplog.at_level(logging.WARNING, logger="agentcache"):
+        assert [finder.find_spec(name) for name in MODULES] == [None] * len(MODULES)
+    assert finder.build is not None and str(finder.build.problem).startswith("unloadable")
+    warnings = [r.getMessage() for r in caplog.records if "compiled policy core is unloadable" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert compiled.SHARED_MODULE not in sys.modules or sys.modules[compiled.SHARED_MODULE].__file__ != str(
+        tmp_path / f"{compiled.SHARED_MODULE}.so"
+    )
 
 
 def test_a_build_older_than_one_source_is_not_loaded_at_all_and_says_which_source_once(tmp_path, caplog):
