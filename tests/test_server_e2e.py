@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from agentcache.compiled import PURE_ENV, Build
 
 pytestmark = pytest.mark.server
 
@@ -95,6 +98,9 @@ def test_health_and_stats_answer(server):
     s = stats(server)
     for key in ("active_workflows", "retired_workflows", "evicted_tokens", "held_tokens", "hit_tokens", "invalid_tags"):
         assert key in s
+    # The scheduler runs the policy core the way this checkout has it: compiled where setup built it.
+    compiled_here = Build.read().problem is None and os.environ.get(PURE_ENV, "") in ("", "0")
+    assert s["policy_core"] == "compiled (mypyc)" if compiled_here else s["policy_core"].startswith("pure Python")
 
 
 def test_sglangs_own_gc_freeze_runs_once_the_server_listens(server):
