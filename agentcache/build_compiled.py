@@ -23,8 +23,6 @@ def build(directory: Path = BUILD_DIR) -> Build:
     from mypyc.build import mypycify
     from setuptools import Distribution
 
-    import agentcache
-
     with tempfile.TemporaryDirectory(prefix="agentcache-compile-") as tmp:
         staged = Path(tmp) / "src"
         # The whole package, so that mypy types every import of a compiled module; only MODULES are compiled.
@@ -37,8 +35,6 @@ def build(directory: Path = BUILD_DIR) -> Build:
                 if py.name in ("neural.py", "training.py"):  # torch: slow to type, and off the hot path
                     continue
                 shutil.copyfile(py, target / py.name)
-        for py in Path(agentcache.__file__).parent.glob("*.py"):
-            shutil.copyfile(py, staged / "agentcache" / py.name)
         paths = {name: str(Path(*name.split(".")).with_suffix(".py")) for name in MODULES}
         # The digests of what is compiled, read from the staged copies: an edit during the build makes it stale.
         digests = {name: digest(staged / path) for name, path in paths.items()}

@@ -146,9 +146,13 @@ class CompiledFinder(MetaPathFinder):
         return build
 
 
+def pure_requested() -> bool:
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def install() -> None:
     """Put the finder in front of Python's own, once per process, unless AGENTCACHE_PURE_PYTHON is set."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0") or any(isinstance(f, CompiledFinder) for f in sys.meta_path):
+    if pure_requested() or any(isinstance(f, CompiledFinder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, CompiledFinder())
 
@@ -158,7 +162,7 @@ def active() -> str:
     module = sys.modules.get("agentcache.policy.pbkv")
     if module is not None and not str(getattr(module, "__file__", "")).endswith(".py"):
         return "compiled (mypyc)"
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_requested():
         return f"pure Python ({PURE_ENV} is set)"
     finder = next((f for f in sys.meta_path if isinstance(f, CompiledFinder)), None)
     build = finder.build if finder is not None and finder.build is not None else Build.read()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentcache.compiled import PURE_ENV, Build
+from agentcache.compiled import Build, pure_requested
 
 pytestmark = pytest.mark.server
 
@@ -99,7 +98,7 @@ def test_health_and_stats_answer(server):
     for key in ("active_workflows", "retired_workflows", "evicted_tokens", "held_tokens", "hit_tokens", "invalid_tags"):
         assert key in s
     # The scheduler runs the policy core the way this checkout has it: compiled where setup built it.
-    compiled_here = Build.read().problem is None and os.environ.get(PURE_ENV, "") in ("", "0")
+    compiled_here = Build.read().problem is None and not pure_requested()
     assert s["policy_core"] == "compiled (mypyc)" if compiled_here else s["policy_core"].startswith("pure Python")
 
 

@@ -464,8 +464,11 @@ class PBKVPolicy(CachePolicy):
         step_gap = self.gaps.mean
         if not self.ingredients.timing or step_gap <= 0.0:
             return 1.0
+        return self._weight(state, self._gaps_after(state), step_gap)
+
+    def _weight(self, state: WorkflowState, gaps: GapModel, step_gap: float) -> float:
         self.weights_computed += 1
-        return self.gamma ** (self._gaps_after(state).residual(self._now - state.last_seen) / step_gap)
+        return self.gamma ** (gaps.residual(self._now - state.last_seen) / step_gap)
 
     def _gaps_after(self, state: WorkflowState) -> GapModel:
         """What follows an agent's call (a tool run, or none) shapes the wait: that agent's gaps where there
@@ -476,13 +479,12 @@ class PBKVPolicy(CachePolicy):
 
     def _refresh_weight(self, state: WorkflowState, chosen: dict[str | None, GapModel], step_gap: float) -> float:
         """timing_weight for a refresh, which picks each agent's gaps once (in `chosen`) for all its workflows."""
-        self.weights_computed += 1
         path = state.path
         agent = path[-1] if path else None
         gaps = chosen.get(agent)
         if gaps is None:
             gaps = chosen[agent] = self._gaps_after(state)
-        return self.gamma ** (gaps.residual(self._now - state.last_seen) / step_gap)
+        return self._weight(state, gaps, step_gap)
 
     def _update(self, state: WorkflowState) -> None:
         """A workflow moved on (or its request was admitted): its weight, its part of the demand, its nodes."""
