@@ -6,7 +6,7 @@ round; SGLang compiles its own tree core (Rust) for the same reason. ``python -m
 the sources they were built from. :func:`install` (run when agentcache is imported) puts a finder in front
 of Python's own that serves those modules from the build, all of them or none: where the build is missing,
 made for another Python, or any source changed since (an edit not yet rebuilt), every module is imported
-from its source as if nothing had been built, and a stale build says so once. ``AGENTCACHE_PURE_PYTHON=1``
+from its source as if nothing had been built, and a build that is there but not used says why once. ``AGENTCACHE_PURE_PYTHON=1``
 turns the compiled modules off (profiling, patching a method in a debugger).
 
 The modules behave the same compiled or not (the test suite runs on whichever the machine has, CI on
@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from enum import Enum
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -66,46 +67,70 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+class Problem(Enum):
+    """Why a build is not loaded. Every kind but NOT_BUILT (setup had no C compiler, or was not run) means a
+    build is there that this process cannot use: the finder says so once."""
+
+    NOT_BUILT = "not built"
+    UNREADABLE = "unreadable"
+    OTHER_PYTHON = "other python"
+    OTHER_MODULES = "other modules"
+    FILES_MISSING = "files missing"
+    STALE = "stale"
+    UNLOADABLE = "unloadable"
+
+
 @dataclass
 class Build:
     """What the build directory holds, and whether it may be loaded in this process."""
 
     directory: Path
     files: dict[str, Path]  # module name (the shared library's included) -> its compiled file
-    problem: str | None  # why the build is not loaded; None where it is
+    problem: str | None  # why the build is not loaded, in words; None where it is
+    kind: Problem | None = None  # the same, as a kind
+
+    @classmethod
+    def refused(cls, directory: Path, kind: Problem, problem: str) -> Build:
+        return cls(directory, {}, problem, kind)
 
     @classmethod
     def read(cls, directory: Path = BUILD_DIR) -> Build:
         manifest_path = directory / MANIFEST
         if not manifest_path.is_file():
-            return cls(directory, {}, "not built (python -m agentcache.build_compiled builds it)")
+            return cls.refused(
+                directory, Problem.NOT_BUILT, "not built (python -m agentcache.build_compiled builds it)"
+            )
         try:
             manifest = json.loads(manifest_path.read_text())
             tag, modules = manifest["cache_tag"], manifest["modules"]
             files = {name: directory / entry["file"] for name, entry in modules.items()}
             files[SHARED_MODULE] = directory / manifest["shared"]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            return cls(directory, {}, f"unreadable manifest {manifest_path}: {e}")
+            return cls.refused(directory, Problem.UNREADABLE, f"unreadable manifest {manifest_path}: {e}")
         if tag != sys.implementation.cache_tag:
-            return cls(directory, {}, f"built for {tag}, this is {sys.implementation.cache_tag}")
+            return cls.refused(
+                directory, Problem.OTHER_PYTHON, f"built for {tag}, this is {sys.implementation.cache_tag}"
+            )
         if set(modules) != set(MODULES):
-            return cls(
-                directory, {}, "built from another list of modules: rebuild (python -m agentcache.build_compiled)"
+            return cls.refused(
+                directory,
+                Problem.OTHER_MODULES,
+                "built from another list of modules: rebuild (python -m agentcache.build_compiled)",
             )
         missing = [str(f) for f in files.values() if not f.is_file()]
         if missing:
-            return cls(directory, {}, f"files missing: {', '.join(missing)}")
+            return cls.refused(directory, Problem.FILES_MISSING, f"files missing: {', '.join(missing)}")
         try:
             sources = {name: source_of(name) for name in modules}
             changed = [
                 str(sources[name]) for name, entry in modules.items() if digest(sources[name]) != entry["source_sha256"]
             ]
         except (ImportError, OSError, KeyError, TypeError) as e:  # a source gone, or a manifest entry malformed
-            return cls(directory, {}, f"sources not readable against {manifest_path}: {e}")
+            return cls.refused(directory, Problem.UNREADABLE, f"sources not readable against {manifest_path}: {e}")
         if changed:
-            return cls(
+            return cls.refused(
                 directory,
-                {},
+                Problem.STALE,
                 f"stale: {', '.join(changed)} changed since the build (rebuild: python -m agentcache.build_compiled)",
             )
         return cls(directory, files, None)
@@ -140,9 +165,9 @@ class CompiledFinder(MetaPathFinder):
                 spec.loader.exec_module(library)
                 sys.modules[SHARED_MODULE] = library
             except Exception as e:  # a damaged file, or one built against another runtime: never an import error
-                build = Build(build.directory, {}, f"unloadable: {e}")
-        if build.problem is not None and build.problem.startswith(("stale", "unloadable")):
-            logger.warning("agentcache: the compiled policy core is %s; running it from source", build.problem)
+                build = Build.refused(build.directory, Problem.UNLOADABLE, f"unloadable: {e}")
+        if build.kind is not None and build.kind is not Problem.NOT_BUILT:
+            logger.warning("agentcache: not using the compiled policy core (%s); running it from source", build.problem)
         return build
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentcache import compiled
-from agentcache.compiled import BUILD_DIR, MANIFEST, MODULES, PURE_ENV, Build, CompiledFinder
+from agentcache.compiled import BUILD_DIR, MANIFEST, MODULES, PURE_ENV, Build, CompiledFinder, Problem
 
 BUILT = Build.read()
 
@@ -30,7 +30,7 @@ def module_files(env: dict[str, str]) -> dict[str, str]:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-@pytest.mark.skipif(BUILT.problem is not None and BUILT.problem.startswith("not built"), reason=str(BUILT.problem))
+@pytest.mark.skipif(BUILT.kind is Problem.NOT_BUILT, reason=str(BUILT.problem))
 def test_where_setup_built_the_core_every_module_of_it_runs_compiled_and_the_switch_turns_it_off():
     """scripts/setup.sh builds it (CI's install included). A build older than its sources is reported as such: run
     `python -m agentcache.build_compiled` after editing one of agentcache.compiled.MODULES."""
@@ -69,7 +69,7 @@ def test_a_build_whose_library_does_not_load_is_not_served_and_says_why_once(tmp
     with caplog.at_level(logging.WARNING, logger="agentcache"):
         assert [finder.find_spec(name) for name in MODULES] == [None] * len(MODULES)
     assert finder.build is not None and str(finder.build.problem).startswith("unloadable")
-    warnings = [r.getMessage() for r in caplog.records if "compiled policy core is unloadable" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "compiled policy core (unloadable" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert compiled.SHARED_MODULE not in sys.modules or sys.modules[compiled.SHARED_MODULE].__file__ != str(
         tmp_path / f"{compiled.SHARED_MODULE}.so"
@@ -100,17 +100,30 @@ def test_a_build_older_than_one_source_is_not_loaded_at_all_and_says_which_sourc
         ({"modules": {name: {"file": f"{name}.so"} for name in MODULES}}, "sources not readable"),
     ],
 )
-def test_a_build_for_another_python_or_list_with_files_missing_or_a_bad_manifest_is_not_loaded(
-    tmp_path, change, problem
+def test_a_build_for_another_python_or_list_with_files_missing_or_a_bad_manifest_is_not_loaded_and_says_why_once(
+    tmp_path, caplog, change, problem
 ):
+    """Someone built it and this process cannot use it: running from source is right, and so is saying so."""
     build = Build.read(write_build(tmp_path, **change))
     assert build.files == {} and problem in str(build.problem)
-    assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
+    finder = CompiledFinder(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="agentcache"):
+        assert [finder.find_spec(name) for name in MODULES] == [None] * len(MODULES)
+    warnings = [r.getMessage() for r in caplog.records if "compiled policy core" in r.getMessage()]
+    assert len(warnings) == 1 and problem in warnings[0] and "running it from source" in warnings[0], warnings
 
 
-def test_no_build_or_an_unreadable_manifest_runs_from_source(tmp_path):
-    assert Build.read(tmp_path).problem.startswith("not built")
+def test_no_build_runs_from_source_quietly_and_an_unreadable_manifest_says_why(tmp_path, caplog):
+    """No build is what a machine without a C compiler has (setup warned already): nothing to say at each import."""
+    assert Build.read(tmp_path).kind is Problem.NOT_BUILT
+    with caplog.at_level(logging.WARNING, logger="agentcache"):
+        assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
+    assert not [r for r in caplog.records if "compiled policy core" in r.getMessage()]
     (tmp_path / MANIFEST).write_text("{not json")
-    assert "unreadable manifest" in str(Build.read(tmp_path).problem)
+    unreadable = Build.read(tmp_path)
+    assert unreadable.kind is Problem.UNREADABLE and "unreadable manifest" in str(unreadable.problem)
+    with caplog.at_level(logging.WARNING, logger="agentcache"):
+        assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
+    assert [r for r in caplog.records if "unreadable manifest" in r.getMessage()]
     shutil.rmtree(tmp_path)
     assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
