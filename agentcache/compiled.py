@@ -6,8 +6,8 @@ round; SGLang compiles its own tree core (Rust) for the same reason. ``python -m
 the sources they were built from. :func:`install` (run when agentcache is imported) puts a finder in front
 of Python's own that serves those modules from the build, all of them or none: where the build is missing,
 made for another Python, or any source changed since (an edit not yet rebuilt), every module is imported
-from its source as if nothing had been built, and a build that is there but not used says why once. ``AGENTCACHE_PURE_PYTHON=1``
-turns the compiled modules off (profiling, patching a method in a debugger).
+from its source as if nothing had been built, and a build that is there but not used says why once.
+``AGENTCACHE_PURE_PYTHON=1`` turns the compiled modules off (profiling, patching a method in a debugger).
 
 The modules behave the same compiled or not (the test suite runs on whichever the machine has, CI on
 the compiled one), with what mypyc changes: their classes have no ``__dict__`` and their methods cannot be
@@ -91,6 +91,7 @@ class Build:
 
     @classmethod
     def refused(cls, directory: Path, kind: Problem, problem: str) -> Build:
+        """A build this process does not load: nothing of it is served."""
         return cls(directory, {}, problem, kind)
 
     @classmethod
