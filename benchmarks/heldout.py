@@ -106,12 +106,12 @@ def write_docs(rows: list[dict], command: str) -> None:
         margins = [r["margin"] * 100 for r in mine]
         closed = [r["gap_closed"] for r in mine if r["gap_closed"] is not None]
         enough = f"{sum(c >= 0.8 for c in closed)} of {len(closed)}" if family in DYNAMIC_FAMILIES else "n/a"
-        lowest = f"{min(closed):.0%}" if closed else "n/a"
+        lowest = f"{min(closed):.1%}" if closed else "n/a"
         others = []
         for column in ("trained_forecaster_gap_closed", "perfect_forecasts_gap_closed"):
             values = [r[column] for r in mine if r[column] is not None]
             others.append(f"{sum(c >= 0.8 for c in values)} of {len(values)}" if family in DYNAMIC_FAMILIES else "n/a")
-            others.append(f"{min(values):.0%}" if values else "n/a")
+            others.append(f"{min(values):.1%}" if values else "n/a")
         lines.append(
             f"| {family} | {len(mine)} | {sum(m >= -1e-9 for m in margins)} | {min(margins):+.2f} "
             f"| {statistics.median(margins):+.2f} | {enough} | {lowest} | {' | '.join(others)} |"
@@ -126,11 +126,11 @@ def write_docs(rows: list[dict], command: str) -> None:
     ]
     for r in rows:
         hit = r["hit_rate"]
-        closed = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
+        closed = "" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}"
         trained = r["trained_forecaster_gap_closed"]
-        trained_closed = "" if trained is None else f"{trained:.0%}"
+        trained_closed = "" if trained is None else f"{trained:.1%}"
         perfect = r["perfect_forecasts_gap_closed"]
-        perfect_closed = "" if perfect is None else f"{perfect:.0%}"
+        perfect_closed = "" if perfect is None else f"{perfect:.1%}"
         lines.append(
             f"| {r['family']} | {r['seed']} | {r['capacity']:,} | {hit['lru']:.1%} | {r['best_builtin']} "
             f"{hit[r['best_builtin']]:.1%} | {hit['pbkv']:.1%} | {hit['belady']:.1%} | {r['margin'] * 100:+.2f} | {closed} "
