@@ -12,6 +12,10 @@ worktree and imported in place of this checkout (agentcache and its predictor pa
 its overhead.py), through the same SGLang. Prints each revision's pbkv / lfu (median [min-max]), this one's
 over the other's, and both sides' pbkv hit rates: a change that keeps pbkv's decisions leaves them equal.
 This checkout means its working tree, uncommitted changes included.
+
+Both sides run the policy core the same way (`--core`): compiled, as setup builds it (the default: the other
+revision's core is compiled in its worktree, and this checkout's build must match its sources), or from
+source (AGENTCACHE_PURE_PYTHON=1 on both sides; revisions older than the compiled core run from source only).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,8 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULT = "RESULT "  # the line a child process answers with
 
 
-def child(root: str, in_flight: int, capacities: list[int], repeat: int) -> None:
-    """Replay lfu and pbkv with `root`'s code (imported before anything else can import this checkout's)."""
+def import_from(root: str) -> None:
+    """Make `root`'s agentcache the one imported (before anything else can import this checkout's)."""
     sys.path[:0] = [root, f"{root}/benchmarks"]
     import agentcache
 
@@ -43,10 +48,27 @@ def child(root: str, in_flight: int, capacities: list[int], repeat: int) -> None
     predictor = importlib.util.module_from_spec(spec)
     sys.modules["agentcache.predictor"] = agentcache.predictor = predictor
     spec.loader.exec_module(predictor)
+
+
+def build_child(root: str) -> None:
+    """Compile `root`'s policy core into its own tree (its build_compiled finds the sources through the
+    packages import_from mapped)."""
+    import_from(root)
+    from agentcache.build_compiled import build
+
+    built = build()
+    if built.problem:
+        raise SystemExit(f"the compiled core at {root} does not load: {built.problem}")
+
+
+def child(root: str, in_flight: int, capacities: list[int], repeat: int) -> None:
+    """Replay lfu and pbkv with `root`'s code."""
+    import_from(root)
     # Only names older revisions' overhead.py has too, so the timing loop below is this file's own, not one
     # shared with overhead.py's grid (a helper added there would be missing in the revisions compared with).
     from overhead import PreparedTrace, frozen_garbage_collector, replay_policy, workload
 
+    import agentcache
     import agentcache.policy.pbkv
     import agentcache.predictor.markov
 
@@ -68,19 +90,49 @@ def child(root: str, in_flight: int, capacities: list[int], repeat: int) -> None
                     hit_rate = result.hit_rate
             order.reverse()
         out[str(capacity)] = {"ratios": [p / b for b, p in zip(ms["lfu"], ms["pbkv"])], "hit_rate": hit_rate}
-    print(RESULT + json.dumps(out), flush=True)
+    try:
+        from agentcache.compiled import active
+    except ImportError:  # a revision older than the compiled core
+        core = "pure Python"
+    else:
+        core = active()
+    print(RESULT + json.dumps({"core": core, "capacities": out}), flush=True)
 
 
-def run_side(root: Path, in_flight: int, capacities: list[int], repeat: int) -> dict[str, dict]:
+def side_env(core: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTCACHE_PURE_PYTHON"}
+    return env if core == "compiled" else {**env, "AGENTCACHE_PURE_PYTHON": "1"}
+
+
+def prepare_compiled(root: Path, revision: str) -> None:
+    """This checkout's build must match its sources; the other revision's is built in its worktree."""
+    if root == REPO:
+        from agentcache.compiled import Build
+
+        problem = Build.read().problem
+        if problem:
+            raise SystemExit(f"this checkout's compiled policy core cannot be used: {problem}; or run --core source")
+        return
+    if not (root / "agentcache" / "build_compiled.py").is_file():
+        raise SystemExit(f"{revision} has no compiled policy core: compare from source (--core source)")
+    done = subprocess.run([sys.executable, __file__, "--build", str(root)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"compiling {revision}'s policy core failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def run_side(root: Path, in_flight: int, capacities: list[int], repeat: int, core: str) -> dict[str, dict]:
     command = [sys.executable, __file__, "--child", str(root), str(in_flight), ",".join(map(str, capacities))]
-    done = subprocess.run([*command, str(repeat)], capture_output=True, text=True)
+    done = subprocess.run([*command, str(repeat)], capture_output=True, text=True, env=side_env(core))
     answers = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not answers:
         raise SystemExit(f"the replay with the code at {root} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(answers[-1][len(RESULT) :])
+    answer = json.loads(answers[-1][len(RESULT) :])
+    if (core == "compiled") != answer["core"].startswith("compiled"):
+        raise SystemExit(f"the code at {root} ran its policy core {answer['core']}, not {core}")
+    return answer["capacities"]
 
 
-def compare(revision: str, in_flight: int, capacities: list[int], rounds: int, repeat: int) -> None:
+def compare(revision: str, in_flight: int, capacities: list[int], rounds: int, repeat: int, core: str) -> None:
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
@@ -98,11 +150,14 @@ def compare(revision: str, in_flight: int, capacities: list[int], rounds: int, r
             raise SystemExit(f"cannot check out {revision!r}: {added.stderr.strip()}")
         try:
             roots = {"other": other, "this": REPO}
+            if core == "compiled":
+                for root in roots.values():
+                    prepare_compiled(root, revision)
             with Progress(console=Console(stderr=True)) as progress:
                 task = progress.add_task(f"{revision} vs this checkout", total=2 * rounds)
                 for k in range(rounds):
                     for side in ("other", "this") if k % 2 == 0 else ("this", "other"):
-                        for capacity, answer in run_side(roots[side], in_flight, capacities, repeat).items():
+                        for capacity, answer in run_side(roots[side], in_flight, capacities, repeat, core).items():
                             ratios[side].setdefault(capacity, []).extend(answer["ratios"])
                             hit_rates[side][capacity] = answer["hit_rate"]
                         progress.advance(task)
@@ -112,7 +167,9 @@ def compare(revision: str, in_flight: int, capacities: list[int], rounds: int, r
     def spread(values: list[float]) -> str:
         return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
 
-    table = Table(title=f"pbkv / lfu per request, {in_flight} in flight, {rounds} x {repeat} paired repetitions")
+    table = Table(
+        title=f"pbkv / lfu per request, {in_flight} in flight, {rounds} x {repeat} paired repetitions, policy core {core}"
+    )
     for column in ("capacity", f"{revision}", "this checkout", "this / other", "pbkv hit rate other / this"):
         table.add_column(column, justify="right")
     for capacity in map(str, capacities):
@@ -132,6 +189,9 @@ def main() -> None:
         root, in_flight, capacities, repeat = sys.argv[2:]
         child(root, int(in_flight), [int(c) for c in capacities.split(",")], int(repeat))
         return
+    if len(sys.argv) == 3 and sys.argv[1] == "--build":
+        build_child(sys.argv[2])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("revision", help="the git revision to compare this checkout with (HEAD~1, a commit)")
     parser.add_argument("--in-flight", type=int, default=100, help="workflows in flight (default 100)")
@@ -140,11 +200,17 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=4, help="processes per revision, alternating (default 4)")
     parser.add_argument("--repeat", type=int, default=3, help="paired lfu/pbkv replays per process (default 3)")
+    parser.add_argument(
+        "--core",
+        choices=("compiled", "source"),
+        default="compiled",
+        help="run both sides' policy core compiled (default, as setup builds it) or from source",
+    )
     args = parser.parse_args()
     capacities = [int(c) for c in args.capacity.split(",")]
     if args.rounds < 1 or args.repeat < 1 or args.in_flight < 1 or min(capacities) < 1:
         parser.error("--rounds, --repeat, --in-flight and every capacity must be at least 1")
-    compare(args.revision, args.in_flight, capacities, args.rounds, args.repeat)
+    compare(args.revision, args.in_flight, capacities, args.rounds, args.repeat, args.core)
 
 
 if __name__ == "__main__":
