@@ -29,6 +29,7 @@ from agentcache.predictor.training import warm_up
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES, generate
 
+COMMAND = ".venv/bin/python benchmarks/heldout.py"
 SEEDS = (11, 22, 33)
 POLICIES = ["lru", "pbkv", "belady", *BUILTINS]
 # What pbkv's own forecaster knows after a long run of the same app: it first observes this many workflows of the
@@ -75,7 +76,8 @@ def run(families: list[str]) -> list[dict]:
     return rows
 
 
-def write_docs(rows: list[dict], command: str) -> None:
+def markdown(rows: list[dict], command: str) -> str:
+    """docs/heldout.md for `rows` (docs/heldout.json) and the command that measured them."""
     lines = [
         "# Held-out seeds: the ladder on workloads nobody tuned on",
         "",
@@ -136,7 +138,11 @@ def write_docs(rows: list[dict], command: str) -> None:
             f"{hit[r['best_builtin']]:.1%} | {hit['pbkv']:.1%} | {hit['belady']:.1%} | {r['margin'] * 100:+.2f} | {closed} "
             f"| {r['trained_forecaster']:.1%} | {trained_closed} | {r['perfect_forecasts']:.1%} | {perfect_closed} |"
         )
-    (DOCS / "heldout.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(rows: list[dict], command: str) -> None:
+    (DOCS / "heldout.md").write_text(markdown(rows, command))
     (DOCS / "heldout.json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
@@ -146,7 +152,7 @@ def main() -> None:
     args = parser.parse_args()
     families = args.only.split(",") if args.only else list(FAMILIES)
     rows = run(families)
-    command = ".venv/bin/python benchmarks/heldout.py" + (f" --only {args.only}" if args.only else "")
+    command = COMMAND + (f" --only {args.only}" if args.only else "")
     write_docs(rows, command)
     Console(stderr=True).print("wrote docs/heldout.md, docs/heldout.json")
 

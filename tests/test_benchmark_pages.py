@@ -41,6 +41,16 @@ def test_live_vs_replay_page_is_its_figures():
     assert live_vs_replay.markdown(rows) == (DOCS / "live-vs-replay.md").read_text()
 
 
+def test_heldout_page_is_its_figures():
+    import heldout
+
+    rows = json.loads((DOCS / "heldout.json").read_text())
+    assert heldout.markdown(rows, heldout.COMMAND) == (DOCS / "heldout.md").read_text()
+    assert {(row["family"], row["seed"]) for row in rows} == {
+        (family, seed) for family in heldout.FAMILIES for seed in heldout.SEEDS
+    }
+
+
 def test_live_ordered_pairs_leave_overlapping_repetitions_unordered():
     from live_vs_replay import agreeing, live_ordered_pairs
 
