@@ -151,8 +151,9 @@ def compare(revision: str, in_flight: int, capacities: list[int], rounds: int, r
         try:
             roots = {"other": other, "this": REPO}
             if core == "compiled":
-                for root in roots.values():
-                    prepare_compiled(root, revision)
+                with Console(stderr=True).status(f"compiling {revision}'s policy core in its worktree"):
+                    for root in roots.values():
+                        prepare_compiled(root, revision)
             with Progress(console=Console(stderr=True)) as progress:
                 task = progress.add_task(f"{revision} vs this checkout", total=2 * rounds)
                 for k in range(rounds):
