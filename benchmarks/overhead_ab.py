@@ -100,8 +100,10 @@ def child(root: str, in_flight: int, capacities: list[int], repeat: int) -> None
 
 
 def side_env(core: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "AGENTCACHE_PURE_PYTHON"}
-    return env if core == "compiled" else {**env, "AGENTCACHE_PURE_PYTHON": "1"}
+    from agentcache.compiled import PURE_ENV  # the parent's own: a child imports its revision's agentcache first
+
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
+    return env if core == "compiled" else {**env, PURE_ENV: "1"}
 
 
 def prepare_compiled(root: Path, revision: str) -> None:
