@@ -33,6 +33,18 @@ def test_scale_out_pages_are_their_figures():
             assert [run["routing"] for run in row["runs"]] == list(cluster.ROUTINGS)
 
 
+def test_scale_out_page_at_another_pace_says_so():
+    import cluster
+
+    figures = json.loads((DOCS / "scale-out.json").read_text())
+    figures["pace"] = 1.001
+    page = cluster.page_of(figures)
+    assert "Every row's arrivals 1.001x as fast as the pace its calibration found" in page
+    # The suite page's reading of its own rows (variants tried, the pace check) is not this run's.
+    assert cluster.PACE_CHECK[0] not in page and cluster.FEWER_HOMES[0] not in page
+    assert cluster.PACE_CHECK[0] in (DOCS / "scale-out.md").read_text()
+
+
 def test_live_vs_replay_page_is_its_figures():
     import live_vs_replay
 
