@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -17,10 +18,12 @@ from rich.console import Console
 from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor.cli import output_problem
 from agentcache.predictor.cli import register as add_predictor_commands
+from agentcache.replay.report import UNLIMITED
 
 console = Console(stderr=True)
 DEFAULT_PREDICTOR = f"markov-n:{DEFAULT_ORDER}"  # pbkv's own default forecaster
-REPLAY_POLICIES = "lru,lifecycle,kvflow,cachescout,pbkv,belady"
+BEST_BUILTIN = "best-builtin"  # every SGLang strategy, shown as the one that hit most at each capacity
+REPLAY_POLICIES = f"lru,{BEST_BUILTIN},lifecycle,kvflow,cachescout,pbkv,belady,{UNLIMITED}"
 
 
 class UsageError(Exception):
@@ -138,8 +141,10 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         default=REPLAY_POLICIES,
-        help="comma-separated policies: ours and SGLang's built-ins (default %(default)s; kvflow is skipped on a"
-        " trace without a call graph)",
+        help="comma-separated policies: ours and SGLang's built-ins; best-builtin runs every SGLang strategy and"
+        " shows the one that hit most at each capacity; unlimited adds a cache that never evicts, the ceiling (both"
+        " with one cache, not with --instances) (default %(default)s; kvflow is skipped on a trace without a call"
+        " graph)",
     )
     p.add_argument(
         "--lease",
@@ -191,8 +196,9 @@ def _parse_capacities(text: str) -> list[int]:
 
 def _run_replay(args: argparse.Namespace) -> int:
     from agentcache.policy import PolicyConfigError, parse_policies
+    from agentcache.policy.spec import BUILTINS
     from agentcache.predictor import PredictorSpec
-    from agentcache.replay.report import plot_timeline, print_table
+    from agentcache.replay.report import best_of_group, plot_timeline, print_table
     from agentcache.replay.tokens import check_encodable
     from agentcache.trace import TraceError, read_trace
 
@@ -222,10 +228,21 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--host-capacity must be >= 0 tokens, got {args.host_capacity}")
     if not 0.0 <= args.noise <= 1.0:
         raise UsageError(f"--noise must be in [0, 1], got {args.noise}")
+    names = list(dict.fromkeys(n.strip() for n in args.policy.split(",") if n.strip()))
+    with_ceiling, grouped = UNLIMITED in names, BEST_BUILTIN in names
+    if (with_ceiling or grouped) and args.instances > 1:
+        if args.policy != REPLAY_POLICIES:
+            raise UsageError(f"--policy: {BEST_BUILTIN} and {UNLIMITED} compare one cache: not with --instances")
+        with_ceiling = grouped = False
+    # The group's strategies in its place in the list, except those named on their own (shown on their own).
+    grouped_builtins = [b for b in BUILTINS if b not in names] if grouped else []
+    names = [m for n in names for m in (grouped_builtins if n == BEST_BUILTIN else [n]) if m != UNLIMITED]
+    if not names:
+        raise UsageError(f"--policy: name a policy to replay ({UNLIMITED} alone is nothing to compare)")
     try:
-        policies = parse_policies(args.policy)
+        policies = parse_policies(",".join(names))
     except PolicyConfigError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{exc}; or {BEST_BUILTIN}, {UNLIMITED}") from None
     if not trace.meta.call_graph and any(p.name == "kvflow" for p in policies):
         if args.policy != REPLAY_POLICIES:
             raise UsageError(f"kvflow needs a static call graph, and {args.trace} has none (its meta call_graph)")
@@ -253,7 +270,7 @@ def _run_replay(args: argparse.Namespace) -> int:
 
     from agentcache.replay.runner import replay  # imports SGLang (~15 s)
 
-    total = len(trace.requests) * len(policies) * len(capacities)
+    total = len(trace.requests) * (len(policies) * len(capacities) + with_ceiling)
     options = {"host_capacity": args.host_capacity, "lease_s": args.lease, "predictor_factory": predictor_factory}
     if args.instances < 1:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
@@ -261,22 +278,31 @@ def _run_replay(args: argparse.Namespace) -> int:
         return _replay_cluster(args, trace, policies, capacities, options)
     try:
         if args.json:
-            results = replay(trace, policies, capacities, **options)
+            results = replay(trace, policies, capacities, with_ceiling=with_ceiling, **options)
         else:
             from rich.progress import Progress
 
             with Progress(console=console, transient=True) as progress:
                 task = progress.add_task("replaying", total=total)
-                results = replay(trace, policies, capacities, on_request=lambda: progress.advance(task), **options)
+                results = replay(
+                    trace,
+                    policies,
+                    capacities,
+                    on_request=lambda: progress.advance(task),
+                    with_ceiling=with_ceiling,
+                    **options,
+                )
     except PolicyConfigError as exc:
         raise UsageError(str(exc)) from None
+    shown = best_of_group(results, grouped_builtins)
     if args.plot:
-        plot_timeline(results, args.plot, title=trace.meta.name or args.trace)
-    if args.json:
+        plot_timeline(shown, args.plot, title=trace.meta.name or args.trace)
+    if args.json:  # every run, the group's too
         print(json.dumps([r.to_json() for r in results]))
     else:
         forecaster = "" if own else f", forecaster {spec}"  # a run with perfect forecasts must not pass for pbkv's own
-        print_table(results, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}")
+        print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}")
+        _note_oversized([(r.capacity, r.requests, r.oversized_requests) for r in results], 1)
     return 0
 
 
@@ -357,7 +383,30 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
         for run in runs
     ]
     print_fitted_table(title, headers, rows)
+    _note_oversized([(run["capacity"], run["requests"], run["oversized_requests"]) for run in runs], args.instances)
     return 0
+
+
+def _note_oversized(runs: Sequence[tuple[int, int, int]], instances: int) -> None:
+    """Say, per capacity, how many requests needed more KV than the cache (a worker's) holds: figures of a run
+    where some or all did are not what they seem (every one a miss, or with workers, left out)."""
+    worst: dict[int, tuple[int, int]] = {}
+    for capacity, requests, oversized in runs:
+        worst[capacity] = max(worst.get(capacity, (0, requests)), (oversized, requests))
+    for capacity, (oversized, requests) in worst.items():
+        if not oversized:
+            continue
+        if instances > 1:
+            where = f"a worker holds ({capacity // instances:,} tokens of --capacity {capacity:,})"
+            fate = "refused, as SGLang refuses them; the figures are the other requests'"
+        else:
+            where, fate = f"the cache holds (--capacity {capacity:,})", "each computed and never cached"
+        console.print(
+            f"{oversized:,} of {requests:,} requests need more KV (prompt and output) than {where}: {fate}",
+            style="yellow",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 # ---------------------------------------------------------------- serve, make-model
@@ -772,6 +821,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Importing SGLang without a GPU warns that quantization kernels no command here uses need CUDA.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.srt\.layers\.quantization\.")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -25,13 +25,11 @@ from rich.console import Console
 from rich.progress import Progress
 from suite import DOCS, suite, write_between_markers
 
-from agentcache.replay.report import plot_timeline
-from agentcache.replay.runner import PreparedTrace, ReplayResult, fill_gap_closed, replay_policy
-
-UNLIMITED = "unlimited"  # the same trace with a cache that holds everything: the ceiling
+from agentcache.policy.spec import BUILTINS
+from agentcache.replay.report import UNLIMITED, plot_timeline
+from agentcache.replay.runner import PreparedTrace, ReplayResult, ceiling, fill_gap_closed, replay_policy
 
 OURS = ["lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belady"]
-BUILTINS = ["lfu", "slru", "tlru", "priority", "fifo", "mru", "filo"]
 
 
 def replay_point(prepared: PreparedTrace, capacity: int, policies: list[str]) -> tuple[dict[str, ReplayResult], str]:
@@ -45,7 +43,7 @@ def replay_point(prepared: PreparedTrace, capacity: int, policies: list[str]) ->
 def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult]]]:
     console = Console(stderr=True)
     traces = list(suite(only))
-    policies = OURS + BUILTINS
+    policies = [*OURS, *BUILTINS]
     out = []
     with Progress(console=console) as progress:
         task = progress.add_task(
@@ -59,10 +57,7 @@ def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult
                 for name in policies
             ]
             fill_gap_closed(results)
-            everything = sum(len(enc.tokens) for enc in prepared.encoded)
-            ceiling = replay_policy(prepared, "lru", everything)
-            ceiling.policy = UNLIMITED
-            results += [ReplayResult(**{**vars(ceiling), "capacity": capacity}) for capacity in st.capacities]
+            results += ceiling(prepared, st.capacities)
             out.append((st.name, st.dynamic, st.real, results))
             plot_timeline(
                 [

@@ -389,6 +389,103 @@ def test_cli_replay_shows_trace_names_and_paths_as_written_never_as_markup(tmp_p
     printed = capsys.readouterr()
     assert f"kvflow skipped: {path} has no call graph" in printed.err.replace("\n", "")
     assert "[/] recorded:" in printed.out
+    # Beside ours, what a user has without agentcache (SGLang's best strategy here) and the ceiling.
+    assert "best built-in: " in printed.out and "unlimited" in printed.out
+
+
+def test_the_default_replay_sets_ours_beside_sglangs_best_builtin_and_the_ceiling(tmp_path, capsys, small_traces):
+    """`agentcache replay` compared ours with lru and the offline reference only: a user could not see whether
+    pbkv beats what one SGLang flag gives, nor how far any policy is from a cache that never evicts."""
+    from agentcache.cli import main
+    from agentcache.policy.spec import BUILTINS
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, small_traces["code-retry"])
+    assert main(["replay", str(path), "--capacity", "3000,6000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for capacity in (3000, 6000):
+        by = {r["policy"]: r for r in rows if r["capacity"] == capacity}
+        assert set(BUILTINS) <= set(by) and {"lru", "pbkv", "belady", "unlimited"} <= set(by)
+        assert list(by)[-1] == "unlimited" and by["unlimited"]["gap_closed"] is None
+        assert by["unlimited"]["hit_rate"] >= max(r["hit_rate"] for r in by.values())
+    # The ceiling is one replay that never evicts: the same at every capacity.
+    assert len({r["hit_tokens"] for r in rows if r["policy"] == "unlimited"}) == 1
+    # The table shows the group as its best member at each capacity; a strategy named on its own keeps its row.
+    assert main(["replay", str(path), "--capacity", "3000,6000", "--policy", "lru,lfu,best-builtin,pbkv"]) == 0
+    table = capsys.readouterr().out
+    for capacity in (3000, 6000):
+        group = [r for r in rows if r["capacity"] == capacity and r["policy"] in BUILTINS and r["policy"] != "lfu"]
+        best = max(group, key=lambda r: r["hit_rate"])
+        assert f"best built-in: {best['policy']}" in table
+    assert table.count("best built-in: ") == 2 and table.count(" lfu ") == 2 and "unlimited" not in table
+
+
+def test_replay_names_what_it_cannot_compare(tmp_path, capsys, small_traces):
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, small_traces["pipeline"])
+    assert main(["replay", str(path), "--capacity", "3000", "--policy", "unlimited"]) == 2
+    assert "unlimited alone is nothing to compare" in capsys.readouterr().err
+    assert main(["replay", str(path), "--capacity", "3000", "--policy", "lru,unlimited", "--instances", "2"]) == 2
+    assert "not with --instances" in capsys.readouterr().err
+    assert main(["replay", str(path), "--capacity", "3000", "--policy", "lru,nope"]) == 2
+    assert "or best-builtin, unlimited" in capsys.readouterr().err.replace("\n", "")
+
+
+def test_replay_from_the_shell_prints_no_warning_of_sglangs_that_does_not_concern_it(tmp_path):
+    """Every `agentcache replay` on a machine without a GPU began with four lines of SGLang's import warnings
+    ("Only CUDA, HIP and XPU support AWQ currently"), about quantization kernels no replay uses."""
+    import subprocess
+    import sys
+
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    requests = [Request(float(i), "w", "a", (Segment("sys", 300), Segment(f"q{i}", 50)), 1, 20, None) for i in range(3)]
+    write_trace(path, Trace(Meta(), requests))
+    argv = [sys.executable, "-m", "agentcache.cli", "replay", str(path), "--capacity", "2000", "--policy", "lru"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "lru" in done.stdout and "Warning" not in done.stderr, done.stderr
+
+
+def test_replay_says_how_many_requests_the_cache_could_never_hold(tmp_path, capsys):
+    """A capacity below the trace's requests gave a table of 0.0% (and with workers, TTFT and throughput of 0)
+    that did not say why: every request was too large to cache (to admit)."""
+    from agentcache.cli import main
+    from agentcache.trace import write_trace
+
+    path = tmp_path / "t.jsonl"
+    sizes = (300, 900, 300, 900)  # prompt tokens; each answer is 20 more
+    requests = [
+        Request(float(i), f"w{i}", "a", (Segment("sys", 100), Segment(f"q{i}", n)), 1, 20, None)
+        for i, n in enumerate(sizes)
+    ]
+    write_trace(path, Trace(Meta(), requests))
+    assert main(["replay", str(path), "--capacity", "600,2000", "--policy", "lru,pbkv"]) == 0
+    err = capsys.readouterr().err.replace("\n", "")
+    assert "2 of 4 requests need more KV (prompt and output) than the cache holds (--capacity 600)" in err
+    assert "--capacity 2,000" not in err
+    argv = [
+        "replay",
+        str(path),
+        "--capacity",
+        "1200",
+        "--policy",
+        "lru",
+        "--instances",
+        "2",
+        "--routing",
+        "round-robin",
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err.replace("\n", "")
+    assert (
+        "2 of 4 requests need more KV (prompt and output) than a worker holds (600 tokens of --capacity 1,200)" in err
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ OURS = ("lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belad
 OFFLINE = ("belady",)  # needs the whole trace: replay only
 # SGLang 0.5.23's own --radix-eviction-policy strategies (its default is lru, which ours equals).
 SGLANG_STRATEGIES = ("lru", "lfu", "slru", "tlru", "priority", "fifo", "mru", "filo")
+BUILTINS = tuple(s for s in SGLANG_STRATEGIES if s not in OURS)  # what a user has instead of agentcache: one flag
 WARMUP = "warmup"  # CacheScout-style warm-up requests instead of host-tier loads
 PREFETCH_SUFFIXES = {"+prefetch": CONSERVATIVE, "+prefetch-aggressive": AGGRESSIVE, "+warmup": WARMUP}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -13,6 +14,7 @@ if TYPE_CHECKING:  # the runner imports SGLang (~15 s): the live bench's tables 
     from agentcache.replay.runner import ReplayResult
 
 NAME_COLUMNS = ("policy", "routing")  # columns of names, aligned left (figures align right)
+UNLIMITED = "unlimited"  # a cache that never evicts: the ceiling of every policy's hit rate
 
 
 def print_fitted_table(
@@ -52,6 +54,25 @@ def _table_width(widths: Sequence[int]) -> int:
 
 def _gap(r: ReplayResult) -> str:
     return "" if r.gap_closed is None else f"{r.gap_closed:+.0%}"
+
+
+def best_of_group(results: Sequence[ReplayResult], group: Sequence[str]) -> list[ReplayResult]:
+    """The results as a table shows them: at each capacity, the group's runs (SGLang's strategies) as one row,
+    the one that hit most, named `best built-in: <strategy>`, where the group's first run was."""
+    if not group:
+        return list(results)
+    best = {}
+    for r in results:
+        if r.policy in group and (r.capacity not in best or r.hit_rate > best[r.capacity].hit_rate):
+            best[r.capacity] = r
+    shown, placed = [], set()
+    for r in results:
+        if r.policy not in group:
+            shown.append(r)
+        elif r.capacity not in placed:
+            placed.add(r.capacity)
+            shown.append(replace(best[r.capacity], policy=f"best built-in: {best[r.capacity].policy}"))
+    return shown
 
 
 def print_table(results: Sequence[ReplayResult], title: str = "", console: Console | None = None) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
@@ -17,6 +17,7 @@ from agentcache.policy import PolicySpec, WorkflowRegistry, make_policy, prefetc
 from agentcache.policy.spec import WARMUP
 from agentcache.predictor import Predictor
 from agentcache.replay.engine import ReplayCache, SGLangAloneCache
+from agentcache.replay.report import UNLIMITED
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
 from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import End, Request, Trace
@@ -220,7 +221,10 @@ def replay(
     cost: CostModel = DEFAULT_COST,
     lease_s: float = 300.0,
     on_request: Callable[[], None] | None = None,
+    with_ceiling: bool = False,
 ) -> list[ReplayResult]:
+    """Every policy at every capacity (capacity by capacity), each with its share of the LRU-to-offline gap;
+    `with_ceiling`: the unlimited cache's row after each capacity's."""
     prepared = PreparedTrace(trace)
     specs = [as_spec(p) for p in policies]
     results = [
@@ -238,4 +242,20 @@ def replay(
         for spec in specs
     ]
     fill_gap_closed(results)
-    return results
+    if not with_ceiling:
+        return results
+    top = ceiling(prepared, capacities, on_request=on_request)
+    return [
+        r
+        for capacity, unlimited in zip(capacities, top)
+        for r in (*(result for result in results if result.capacity == capacity), unlimited)
+    ]
+
+
+def ceiling(
+    prepared: PreparedTrace, capacities: Sequence[int], on_request: Callable[[], None] | None = None
+) -> list[ReplayResult]:
+    """What no eviction at all would hit (the unlimited cache): one replay, one row per capacity, no gap closed."""
+    everything = max(2, sum(len(enc.tokens) for enc in prepared.encoded))
+    unlimited = replay_policy(prepared, "lru", everything, on_request=on_request)
+    return [replace(unlimited, policy=UNLIMITED, capacity=capacity) for capacity in capacities]
