@@ -119,7 +119,7 @@ def plot_timeline(results: Sequence[ReplayResult], path: str, title: str = "") -
                     xs,
                     [100 * y for y in ys],
                     label=f"{r.policy} ({r.hit_rate:.0%})",
-                    linestyle="--" if r.policy == "belady" else "-",
+                    linestyle={"belady": "--", UNLIMITED: ":"}.get(r.policy, "-"),  # the two references
                 )
         ax.set_title(f"{title}, capacity {capacity} tokens")
         ax.set_xlabel("trace time (s)")
