@@ -242,7 +242,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     try:
         policies = parse_policies(",".join(names))
     except PolicyConfigError as exc:
-        raise UsageError(f"{exc}; or {BEST_BUILTIN}, {UNLIMITED}") from None
+        raise UsageError(f"{exc} (the replay also takes {BEST_BUILTIN} and {UNLIMITED})") from None
     if not trace.meta.call_graph and any(p.name == "kvflow" for p in policies):
         if args.policy != REPLAY_POLICIES:
             raise UsageError(f"kvflow needs a static call graph, and {args.trace} has none (its meta call_graph)")
