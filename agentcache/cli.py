@@ -276,22 +276,19 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
     if args.instances > 1:
         return _replay_cluster(args, trace, policies, capacities, options)
-    try:
-        if args.json:
-            results = replay(trace, policies, capacities, with_ceiling=with_ceiling, **options)
-        else:
-            from rich.progress import Progress
+    from rich.progress import Progress
 
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("replaying", total=total)
-                results = replay(
-                    trace,
-                    policies,
-                    capacities,
-                    on_request=lambda: progress.advance(task),
-                    with_ceiling=with_ceiling,
-                    **options,
-                )
+    try:
+        with Progress(console=console, transient=True) as progress:  # on stderr: --json's stdout stays JSON
+            task = progress.add_task("replaying", total=total)
+            results = replay(
+                trace,
+                policies,
+                capacities,
+                on_request=lambda: progress.advance(task),
+                with_ceiling=with_ceiling,
+                **options,
+            )
     except PolicyConfigError as exc:
         raise UsageError(str(exc)) from None
     shown = best_of_group(results, grouped_builtins)
@@ -320,7 +317,7 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
         raise UsageError(f"--time-scale must be > 0, got {args.time_scale}")
     prepared = PreparedTrace(trace)
 
-    def runs_for(on_request=None):  # noqa: ANN001, ANN202
+    def runs_for(on_request):  # noqa: ANN001, ANN202
         return [
             {"capacity": capacity, **run}
             for capacity in capacities
@@ -339,16 +336,13 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
             )
         ]
 
-    try:
-        if args.json:
-            runs = runs_for()
-        else:
-            from rich.progress import Progress
+    from rich.progress import Progress
 
-            total = len(trace.requests) * len(capacities) * len(policies) * len(routings)
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("serving", total=total)
-                runs = runs_for(lambda: progress.advance(task))
+    total = len(trace.requests) * len(capacities) * len(policies) * len(routings)
+    try:
+        with Progress(console=console, transient=True) as progress:  # on stderr: --json's stdout stays JSON
+            task = progress.add_task("serving", total=total)
+            runs = runs_for(lambda: progress.advance(task))
     except (RoutingError, PolicyConfigError) as exc:
         raise UsageError(str(exc)) from None
     if args.json:
