@@ -35,9 +35,8 @@ the cost model's seconds):
 - else the agent's fixed prompt on one of its home slots;
 - else nothing;
 
-minus `queue_weight` x the prefill of the requests in flight there (routed,
-not answered: the queue it would wait behind); ties go to the slot with fewer
-requests in flight. Candidates are the slots whose requests in flight stay
+ties going to the slot with fewer requests in flight (routed, not answered:
+the queue it would wait behind). Candidates are the slots whose requests in flight stay
 within `max_imbalance` x the least loaded slot's, or `slack` requests above
 it (sglang-router's balance rule, with thresholds that trip far sooner than
 its 64): that bounds the imbalance, and a request whose homes are all past
@@ -62,7 +61,6 @@ DEFAULT_MAX_IMBALANCE = 1.5
 DEFAULT_HEADROOM = 1.0
 DEFAULT_SLACK = 8  # requests in flight above the least loaded slot, allowed whatever the ratio
 DEFAULT_HALF_LIFE = 200.0  # requests
-DEFAULT_QUEUE_WEIGHT = 0.1
 MAX_CONVERSATIONS = 100_000  # remembered, least recently used dropped first
 
 
@@ -73,7 +71,7 @@ def slot_key(slot: int) -> str:
 
 @dataclass
 class Placement:
-    """One routed request, until it is answered: what it adds to its slot's queue."""
+    """One routed request, until it is answered: where it went, and what it was expected to compute there."""
 
     slot: int
     new_tokens: int  # prompt tokens expected to be computed (not served from the slot's cache)
@@ -83,12 +81,11 @@ class Placement:
 @dataclass
 class _Slot:
     in_flight: int = 0  # requests routed here and not answered yet
-    in_flight_new_tokens: int = 0
 
 
 class WorkflowAwareRouting:
-    """Chooses a slot (worker) per request: the largest expected saved prefill minus the queueing it adds,
-    within a bound on imbalance of requests in flight."""
+    """Chooses a slot (worker) per request: the largest expected saved prefill, within a bound on imbalance of
+    requests in flight (the queueing it adds)."""
 
     def __init__(
         self,
@@ -98,7 +95,6 @@ class WorkflowAwareRouting:
         headroom: float = DEFAULT_HEADROOM,
         half_life: float = DEFAULT_HALF_LIFE,
         slack: int = DEFAULT_SLACK,
-        queue_weight: float = DEFAULT_QUEUE_WEIGHT,
         cost: CostModel = DEFAULT_COST,
     ):
         if workers < 1:
@@ -110,7 +106,6 @@ class WorkflowAwareRouting:
         self.max_imbalance = max_imbalance
         self.headroom = headroom
         self.slack = max(1, slack)
-        self.queue_weight = queue_weight
         self.cost = cost
         self.slots = [_Slot() for _ in range(workers)]
         self._decay = 0.5 ** (1.0 / half_life)
@@ -210,15 +205,12 @@ class WorkflowAwareRouting:
         for slot in self.candidates():
             saved = min(self.expected_saved(slot, conversation, agent, fixed_tokens), max(0, prompt_tokens - 1))
             gain = self.cost.prefill_s(prompt_tokens, 0) - self.cost.prefill_s(prompt_tokens - saved, saved)
-            wait = self.cost.prefill_s(self.slots[slot].in_flight_new_tokens, 0)
-            score = (gain - self.queue_weight * wait, -self.slots[slot].in_flight)
+            score = (gain, -self.slots[slot].in_flight)
             if best is None or score > best[0]:
                 best = (score, slot, prompt_tokens - saved)
         assert best is not None
         _, slot, new_tokens = best
-        target = self.slots[slot]
-        target.in_flight += 1
-        target.in_flight_new_tokens += new_tokens
+        self.slots[slot].in_flight += 1
         self._conversations[(conversation, agent)] = (slot, prompt_tokens)
         self._conversations.move_to_end((conversation, agent))
         if len(self._conversations) > MAX_CONVERSATIONS:
@@ -229,9 +221,7 @@ class WorkflowAwareRouting:
     def answered(self, placement: Placement, output_tokens: int | None = None) -> None:
         """The request's answer came back: it no longer queues on its slot; its output length (where the
         answer reports it) updates its agent's expected output."""
-        slot = self.slots[placement.slot]
-        slot.in_flight -= 1
-        slot.in_flight_new_tokens -= placement.new_tokens
+        self.slots[placement.slot].in_flight -= 1
         if output_tokens is not None and output_tokens >= 0 and placement.agent:
             self._output[placement.agent] = self._averaged(self._output.get(placement.agent), output_tokens)
             self._mean_output = self._averaged(self._mean_output, output_tokens)

@@ -211,6 +211,22 @@ def test_workflow_aware_keeps_conversations_and_agents_together_within_its_bound
     assert routing.ended("request-1") == {first.slot}
 
 
+def test_workflow_aware_keeps_a_conversation_where_its_history_is_whatever_prefill_waits_there():
+    """The score took off 0.1 x the prefill in flight on a slot, so one long prompt queued there sent the
+    conversation's next turn elsewhere, to compute its whole history again, though the slot was far within the
+    bound on requests in flight. The bound is what spreads load; the score is the prefill a slot saves."""
+    from agentcache.routing import WorkflowAwareRouting
+
+    routing = WorkflowAwareRouting(2, half_life=1e9)
+    first = routing.choose("w", "solo", 4000, 500)
+    routing.answered(first)
+    assert routing.agent_slots["solo"] == [0, 1] and first.slot == 0  # all the traffic: homed on both slots
+    # Another conversation's long prompt goes to slot 0 too (a tie: the same fixed prompt, nothing in flight).
+    assert routing.choose("other", "solo", 200_000, 500).slot == 0
+    turn = routing.choose("w", "solo", 4500, 500)
+    assert turn.slot == 0 and turn.new_tokens == 500, "the next turn reads its history where it is"
+
+
 def test_workflow_aware_gives_an_agent_its_share_of_the_slots_rounded_to_the_nearest():
     """Three agents with equal traffic on four slots each need 1.33 slots: one home each, on three different
     slots, not two each (six copies of fixed prompts on four slots, every agent's conversations split)."""

@@ -20,8 +20,8 @@ and a router chooses each request's worker as it arrives. Routings:
   first went, a new workflow to the worker with the fewest routing keys in
   flight (ties at random), as sglang-router 0.3.2 places it.
 - ``workflow-aware``: the client routes (:mod:`agentcache.routing`): each
-  request to the slot with the largest expected saved prefill minus the
-  queueing it adds, within a bound on imbalance, sent as the routing key of
+  request to the slot with the largest expected saved prefill, within a
+  bound on imbalance of requests in flight, sent as the routing key of
   that slot through the same ``manual`` policy, which holds slot i on worker
   i (``agentcache serve --workers N`` places the slot keys one per worker
   before serving).
