@@ -17,12 +17,13 @@ import json
 import statistics
 from dataclasses import replace
 
-from ladder import BUILTINS, replay_point
+from ladder import replay_point
 from rich.console import Console
 from rich.progress import Progress
 from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
 
 from agentcache.policy.pbkv import default_forecaster
+from agentcache.policy.spec import BUILTINS
 from agentcache.predictor import PredictorSpec
 from agentcache.predictor.base import DEFAULT_HORIZON
 from agentcache.predictor.training import warm_up
