@@ -163,6 +163,13 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
     p.add_argument(
+        "--told-reads",
+        action="store_true",
+        help="tell pbkv and its variants, with each request, how much of its path its agent's next request in the"
+        " workflow reads again (read from the trace), in place of the shares pbkv learns; with --predictor oracle:"
+        " how far pbkv gets knowing what the trace's coins decide",
+    )
+    p.add_argument(
         "--instances",
         type=int,
         default=1,
@@ -264,6 +271,8 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--predictor: {exc}") from None
     if args.instances > 1 and spec.offline:
         raise UsageError("--predictor oracle follows one cache's requests in trace order: not with --instances")
+    if args.instances > 1 and args.told_reads:
+        raise UsageError("--told-reads follows one cache's requests in trace order: not with --instances")
 
     def predictor_factory():  # noqa: ANN202
         return None if own else spec.build(trace.meta.call_graph, trace=trace)
@@ -276,6 +285,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
     if args.instances > 1:
         return _replay_cluster(args, trace, policies, capacities, options)
+    options["told_reads"] = args.told_reads
     from rich.progress import Progress
 
     try:
@@ -297,8 +307,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     if args.json:  # every run, the group's too
         print(json.dumps([r.to_json() for r in results]))
     else:
-        forecaster = "" if own else f", forecaster {spec}"  # a run with perfect forecasts must not pass for pbkv's own
-        print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}")
+        # A run with perfect forecasts, or told what is read, must not pass for pbkv's own.
+        told = ", told reads" if args.told_reads else ""
+        forecaster = "" if own else f", forecaster {spec}"
+        print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}{told}")
         _note_oversized([(r.capacity, r.requests, r.oversized_requests) for r in results], 1)
     return 0
 

@@ -6,8 +6,8 @@ The suite's figures come from one seed per family, the one used while the polici
 replays the same families generated with seeds 11, 22 and 33 (never used in development), at 4x, 8x
 and 16x each trace's mean prompt, with lru, every SGLang built-in, pbkv and the offline reference, and
 reports per point pbkv's margin over the best built-in and the share of the LRU-to-offline-reference
-gap it closes; beside it pbkv with a forecaster trained beforehand on the same family, and with perfect
-forecasts. Writes docs/heldout.md and docs/heldout.json.
+gap it closes; beside it pbkv with a forecaster trained beforehand on the same family, with perfect
+forecasts, and with perfect forecasts and reads. Writes docs/heldout.md and docs/heldout.json.
 """
 
 from __future__ import annotations
@@ -54,6 +54,14 @@ def run(families: list[str]) -> list[dict]:
                     oracle = PredictorSpec.parse("oracle").build(trace=generated_trace.trace)
                     perfect = replay_policy(prepared, "pbkv", capacity, predictor=oracle)
                     fill_gap_closed([results["lru"], results["belady"], perfect])
+                    told = replay_policy(
+                        prepared,
+                        "pbkv",
+                        capacity,
+                        predictor=PredictorSpec.parse("oracle").build(trace=generated_trace.trace),
+                        told_reads=True,
+                    )
+                    fill_gap_closed([results["lru"], results["belady"], told])
                     forecaster = default_forecaster()
                     warm_up(forecaster, [training])
                     trained = replay_policy(prepared, "pbkv", capacity, predictor=forecaster)
@@ -71,6 +79,8 @@ def run(families: list[str]) -> list[dict]:
                             "perfect_forecasts_gap_closed": perfect.gap_closed,
                             "trained_forecaster": trained.hit_rate,
                             "trained_forecaster_gap_closed": trained.gap_closed,
+                            "perfect_forecasts_and_reads": told.hit_rate,
+                            "perfect_forecasts_and_reads_gap_closed": told.gap_closed,
                         }
                     )
                     progress.advance(task)
@@ -97,12 +107,18 @@ def markdown(rows: list[dict], command: str) -> str:
         "then served the trace as usual, learning on: what a long-running server knows of its app's agents, near",
         "the generator's own probabilities. Where it closes little more of the gap than the cold forecaster,",
         "what perfect forecasts add is not faster learning but which way each coin falls (another retry, another",
-        "hop, another turn of the phase), which the agents called so far do not tell.",
+        "hop, another turn of the phase), which the agents called so far do not tell. `perfect forecasts and",
+        "reads`: perfect forecasts, and pbkv told with each request how much of its path its agent's next request",
+        "in the workflow reads again (`replay_policy(..., told_reads=True)`, read from the trace), valuing each",
+        "latest path by that instead of the shares it learns: what is left between that and the reference is not",
+        "what the trace's coins decide (which agent calls, whether a phase goes on) but how pbkv weighs what it",
+        "knows.",
         "",
         "| family | points | pbkv >= best built-in | worst margin (pts) | median margin (pts) "
         "| gap closed >= 80% (dynamic families) | lowest gap closed | with a trained forecaster: >= 80% (dynamic) "
-        "| lowest | with perfect forecasts: >= 80% (dynamic) | lowest |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| lowest | with perfect forecasts: >= 80% (dynamic) | lowest "
+        "| with perfect forecasts and reads: >= 80% (dynamic) | lowest |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == family]
@@ -111,7 +127,11 @@ def markdown(rows: list[dict], command: str) -> str:
         enough = f"{sum(c >= 0.8 for c in closed)} of {len(closed)}" if family in DYNAMIC_FAMILIES else "n/a"
         lowest = f"{min(closed):.1%}" if closed else "n/a"
         others = []
-        for column in ("trained_forecaster_gap_closed", "perfect_forecasts_gap_closed"):
+        for column in (
+            "trained_forecaster_gap_closed",
+            "perfect_forecasts_gap_closed",
+            "perfect_forecasts_and_reads_gap_closed",
+        ):
             values = [r[column] for r in mine if r[column] is not None]
             others.append(f"{sum(c >= 0.8 for c in values)} of {len(values)}" if family in DYNAMIC_FAMILIES else "n/a")
             others.append(f"{min(values):.1%}" if values else "n/a")
@@ -124,20 +144,21 @@ def markdown(rows: list[dict], command: str) -> str:
         "Every point:",
         "",
         "| family | seed | capacity | lru | best built-in | pbkv | offline reference | margin (pts) | gap closed "
-        "| pbkv, trained forecaster | gap closed | pbkv, perfect forecasts | gap closed |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| pbkv, trained forecaster | gap closed | pbkv, perfect forecasts | gap closed "
+        "| pbkv, perfect forecasts and reads | gap closed |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         hit = r["hit_rate"]
         closed = "" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}"
-        trained = r["trained_forecaster_gap_closed"]
-        trained_closed = "" if trained is None else f"{trained:.1%}"
-        perfect = r["perfect_forecasts_gap_closed"]
-        perfect_closed = "" if perfect is None else f"{perfect:.1%}"
+        variants = []
+        for name in ("trained_forecaster", "perfect_forecasts", "perfect_forecasts_and_reads"):
+            gap = r[f"{name}_gap_closed"]
+            variants.append(f"{r[name]:.1%} | {'' if gap is None else f'{gap:.1%}'}")
         lines.append(
             f"| {r['family']} | {r['seed']} | {r['capacity']:,} | {hit['lru']:.1%} | {r['best_builtin']} "
             f"{hit[r['best_builtin']]:.1%} | {hit['pbkv']:.1%} | {hit['belady']:.1%} | {r['margin'] * 100:+.2f} | {closed} "
-            f"| {r['trained_forecaster']:.1%} | {trained_closed} | {r['perfect_forecasts']:.1%} | {perfect_closed} |"
+            f"| {' | '.join(variants)} |"
         )
     return "\n".join(lines) + "\n"
 

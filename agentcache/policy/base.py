@@ -98,6 +98,9 @@ class Latest(NamedTuple):
     matched: int | None = None  # tokens it found cached (None until it finished)
     prompt: int | None = None  # its prompt's tokens (None until it finished)
     depth: int = 0  # tokens of its path
+    # Told by an oracle (the replay, reading the trace; -1: not told): how many tokens of this path the pair's
+    # next request reads again.
+    reread: int = -1
 
     def region(self, depth: int) -> int:
         """Which part of this request a node ending `depth` tokens in belongs to: FIXED, CONTEXT (what it
@@ -161,6 +164,9 @@ class CachePolicy(ABC):
         self.latest: dict[WorkflowKey, dict[str, Latest]] = {}
         self.fixed_leaf: dict[str, Any] = {}  # agent -> deepest node of its fixed prompt
         self._requests_tagged = 0
+        # The replay's oracle sets this before each request it serves: what the request's pair reads of its path
+        # next (-1: not told, as on a server).
+        self.told_reread = -1
         self._changed_keys: list[NodeTags] = []
         self._all_keys_changed = True
 
@@ -240,7 +246,7 @@ class CachePolicy(ABC):
                 if len(self.fixed_leaf) > MAX_TRACKED_AGENTS:
                     del self.fixed_leaf[next(iter(self.fixed_leaf))]
         if path and self.registry.is_active(workflow):
-            latest = Latest(stamp, path[-1], fixed, matched_tokens, prompt_tokens, depth)
+            latest = Latest(stamp, path[-1], fixed, matched_tokens, prompt_tokens, depth, self.told_reread)
             self.latest.setdefault(workflow, {})[agent] = latest
 
     def _prune(self, t: NodeTags) -> None:

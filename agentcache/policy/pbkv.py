@@ -672,7 +672,11 @@ class PBKVPolicy(CachePolicy):
                     continue
                 pair = latest.get(a)
                 if pair is not None and pair.stamp == stamp:  # on the pair's latest path
-                    read = share(a, pair.region(t.depth)) if reuse else 1.0
+                    if pair.reread >= 0:  # told what the pair's next request reads: the node's share of that
+                        tokens = node_tokens(node)
+                        read = min(max(pair.reread - (t.depth - tokens), 0), tokens) / tokens if tokens else 0.0
+                    else:
+                        read = share(a, pair.region(t.depth)) if reuse else 1.0
                 elif current_only:
                     continue
                 else:

@@ -8,6 +8,7 @@ as the share of the gap between them that the policy closes.
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -76,6 +77,33 @@ class PreparedTrace:
         self.encoded: list[EncodedRequest] = [codec.encode(r, i) for i, r in enumerate(self.requests)]
         self.next_use = NextUseIndex(self.encoded)
 
+    def next_reads(self) -> list[int]:
+        """Per request, how many tokens of its path (prompt, then output) the next request of the same agent in
+        the same workflow reads as its prompt's prefix (0 where none follows): what an oracle can tell pbkv."""
+        reads = [0] * len(self.encoded)
+        latest: dict[tuple[str, str], int] = {}
+        for index, request in enumerate(self.requests):
+            pair = (request.workflow, request.agent)
+            earlier = latest.get(pair)
+            if earlier is not None:
+                reads[earlier] = _common_prefix(
+                    self.encoded[earlier].tokens, self.encoded[index].tokens, self.encoded[index].prompt_len
+                )
+            latest[pair] = index
+        return reads
+
+
+def _common_prefix(a: array, b: array, limit: int) -> int:
+    """Length of the longest common prefix of `a` and `b[:limit]` (slices compare in C: a binary search)."""
+    low, high = 0, min(len(a), len(b), limit)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
 
 def build_replay_cache(
     prepared: PreparedTrace,
@@ -103,8 +131,15 @@ def replay_policy(
     cost: CostModel = DEFAULT_COST,
     lease_s: float = 300.0,
     on_request: Callable[[], None] | None = None,
+    told_reads: bool = False,
 ) -> ReplayResult:
-    """Replay the whole trace with one policy (ours by name, or one of SGLang's built-ins)."""
+    """Replay the whole trace with one policy (ours by name, or one of SGLang's built-ins).
+
+    `told_reads`: tell the policy, with each request, how much of its path the agent's next request in the
+    workflow reads again (read from the trace, `PreparedTrace.next_reads`; pbkv values each latest path by it
+    instead of its learned shares): with `--predictor oracle`, how far pbkv gets knowing what the trace's
+    coins decide.
+    """
     registry = WorkflowRegistry(lease_s=lease_s)
     current = 0  # index of the request being served, for the offline reference's look-ahead
 
@@ -121,6 +156,7 @@ def replay_policy(
     window_prompt = window_hit = 0
     started = time.perf_counter()
     index = 0
+    reads = prepared.next_reads() if told_reads else None
     for event in prepared.trace.events:
         if isinstance(event, End):
             policy.on_end(WorkflowKey("", event.workflow), event.ts)
@@ -132,6 +168,8 @@ def replay_policy(
             result.prefetched_tokens += prefetch_step(cache, policy, mode, event.ts - last_ts, event.ts, cost)
         last_ts = event.ts
         tags = request_tags(event, enc)
+        if reads is not None:
+            policy.told_reread = reads[current]
         policy.on_request(tags, event.ts)
         served = cache.serve(enc, tags, event.ts)
         if mode is not None:  # warm-ups re-send fixed prompts
@@ -222,9 +260,10 @@ def replay(
     lease_s: float = 300.0,
     on_request: Callable[[], None] | None = None,
     with_ceiling: bool = False,
+    told_reads: bool = False,
 ) -> list[ReplayResult]:
     """Every policy at every capacity (capacity by capacity), each with its share of the LRU-to-offline gap;
-    `with_ceiling`: the unlimited cache's row after each capacity's."""
+    `with_ceiling`: the unlimited cache's row after each capacity's; `told_reads`: as `replay_policy`'s."""
     prepared = PreparedTrace(trace)
     specs = [as_spec(p) for p in policies]
     results = [
@@ -237,6 +276,7 @@ def replay(
             cost=cost,
             lease_s=lease_s,
             on_request=on_request,
+            told_reads=told_reads,
         )
         for capacity in capacities
         for spec in specs
