@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+# Importing SGLang without a GPU warns that quantization kernels no benchmark uses need CUDA (the CLI filters them too).
+warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.srt\.layers\.quantization\.")
 
 from agentcache.trace import Trace, read_trace  # noqa: E402
 from agentcache.workloads import FAMILIES, GenConfig, generate  # noqa: E402
