@@ -172,6 +172,8 @@ def replay_policy(
             policy.told_reread = reads[current]
         policy.on_request(tags, event.ts)
         served = cache.serve(enc, tags, event.ts)
+        if reads is not None:  # told of this request alone (not of the warm-ups a prefetch sends before the next)
+            policy.told_reread = -1
         if mode is not None:  # warm-ups re-send fixed prompts
             cache.remember_fixed_prompt(event.agent, enc)
         hit = served.hit_tokens
