@@ -109,7 +109,7 @@ def markdown(rows: list[dict], command: str) -> str:
         "what perfect forecasts add is not faster learning but which way each coin falls (another retry, another",
         "hop, another turn of the phase), which the agents called so far do not tell. `perfect forecasts and",
         "reads`: perfect forecasts, and pbkv told with each request how much of its path its agent's next request",
-        "in the workflow reads again (`replay_policy(..., told_reads=True)`, read from the trace), valuing each",
+        "in the workflow reads again (`agentcache replay --told-reads`, read from the trace), valuing each",
         "latest path by that instead of the shares it learns: what is left between that and the reference is not",
         "what the trace's coins decide (which agent calls, whether a phase goes on) but how pbkv weighs what it",
         "knows.",
