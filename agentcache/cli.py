@@ -528,7 +528,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     d = DemoOptions()
     p = sub.add_parser(
         "demo",
-        help="run concurrent multi-agent workflows against the bundled server, lru vs pbkv, measured fairly",
+        help="run concurrent multi-agent workflows against the bundled server, SGLang's strategies vs pbkv,"
+        " measured fairly",
         description="Start the bundled SGLang server (CPU dev mode without a GPU) fresh for every policy and "
         "repetition, warm it up, run the same concurrent multi-agent workflows through the agentcache SDK "
         "(policies in alternating order), and compare hit rate and latency as medians over the repetitions.",
