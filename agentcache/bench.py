@@ -492,12 +492,21 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
     plt.close(fig)
 
 
+def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
+    """The best by median hit rate of the SGLang strategies that ran (on plain SGLang), `besides` aside; the first
+    listed on a tie; None where none ran."""
+    policies = dict.fromkeys(r.policy for r in runs)
+    others = [p for p in policies if p not in besides and runs_on_plain_sglang(PolicySpec.parse(p))]
+    if not others:
+        return None
+    return max(others, key=lambda p: statistics.median(r.hit_rate for r in runs if r.policy == p))
+
+
 def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
     """Plain sentences: `ours` against lru and against the best of SGLang's other strategies, per repetition."""
     policies = list(dict.fromkeys(r.policy for r in runs))
     if ours not in policies:
         return []
-    summary = summarize(runs)
     builtins = [p for p in policies if p != ours and runs_on_plain_sglang(PolicySpec.parse(p))]
     lines = []
     for base in builtins:
@@ -510,8 +519,7 @@ def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
             f"{len(tokens)} repetitions); time to first token {median_range(ttft, '.2f', 'x')}, completion time "
             f"{median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
         )
-    others = [p for p in builtins if p != "lru"]
-    if others:
-        best = max(others, key=lambda p: summary[p]["hit_rate"])
+    best = best_sglang_strategy(runs, besides=("lru", ours))
+    if best is not None:
         lines.append(f"best of SGLang's other strategies by hit rate: {best}")
     return lines

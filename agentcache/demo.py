@@ -35,6 +35,7 @@ from agentcache.bench import (
     BenchOptions,
     Run,
     Sent,
+    best_sglang_strategy,
     measure,
     paired_ratios,
     runs_on_plain_sglang,
@@ -248,9 +249,8 @@ def ratio_lines(runs: list[Run], baseline: str = "lru") -> list[str]:
     lines = []
     if baseline in policies:
         lines += [_ratio_line(runs, policy, baseline) for policy in policies if policy != baseline]
-    sglang = [p for p in policies if p != baseline and runs_on_plain_sglang(PolicySpec.parse(p))]
-    if sglang:
-        best = max(sglang, key=lambda p: statistics.median(r.hit_rate for r in runs if r.policy == p))
+    best = best_sglang_strategy(runs, besides=(baseline,))
+    if best is not None:
         for policy in policies:
             if not runs_on_plain_sglang(PolicySpec.parse(policy)):
                 lines.append(_ratio_line(runs, policy, best, f"{best}, the best of SGLang's other strategies here"))
