@@ -827,9 +827,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    # Importing SGLang without a GPU warns that quantization kernels no command here uses need CUDA.
+def ignore_sglang_gpu_only_warnings() -> None:
+    """Importing SGLang without a GPU warns that quantization kernels no command here uses need CUDA (the servers'
+    own logs keep theirs)."""
     warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.srt\.layers\.quantization\.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ignore_sglang_gpu_only_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

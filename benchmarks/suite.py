@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-# Importing SGLang without a GPU warns that quantization kernels no benchmark uses need CUDA (the CLI filters them too).
-warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.srt\.layers\.quantization\.")
 
+from agentcache.cli import ignore_sglang_gpu_only_warnings  # noqa: E402
 from agentcache.trace import Trace, read_trace  # noqa: E402
 from agentcache.workloads import FAMILIES, GenConfig, generate  # noqa: E402
+
+ignore_sglang_gpu_only_warnings()  # as the CLI does: the pages' progress bars come first
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
