@@ -326,14 +326,14 @@ class PBKVPolicy(CachePolicy):
             self._invalidate_superseded(workflow, agent, superseded.stamp)
         active = self.registry.is_active(workflow)
         mine = self._nodes_of.setdefault(workflow, {}) if active else None
-        forget_key, fixed_nodes, keyed_by_workflows = self.forget_key, None, self._keyed_by_workflows
+        fixed_nodes = None
         for node in path:
             t = getattr(node, TAGS_ATTR, None)
             if t is None:
                 continue
             if t.key_epoch != FORGOTTEN:  # most were, as the workflow's nodes, just above
-                forget_key(t)
-            if mine is not None and keyed_by_workflows(t):
+                self.forget_key(t)
+            if mine is not None and self._keyed_by_workflows(t):
                 mine[id(t)] = t
             if agent in t.fixed_agents:
                 if fixed_nodes is None:
@@ -347,11 +347,10 @@ class PBKVPolicy(CachePolicy):
         nodes = self._nodes_of.get(workflow)
         if not nodes:
             return
-        forget_key = self.forget_key
         for t in nodes.values():
             agents = t.workflows.get(workflow)
             if agents is not None and agents.get(agent) == stamp and not t.evicted and t.key_epoch != FORGOTTEN:
-                forget_key(t)
+                self.forget_key(t)
 
     def adopt(self, tags: NodeTags) -> None:
         if self._keyed_by_workflows(tags):
@@ -544,7 +543,6 @@ class PBKVPolicy(CachePolicy):
             rising, fallen = True, None
         cost = self.ingredients.cost  # a miss's cost reads the node's host copy, unannounced: never rising
         rising = rising and not cost
-        forget_key = self.forget_key
         gone = None  # rarely any: no list made per call
         for key, t in nodes.items():
             if t.evicted:
@@ -562,7 +560,7 @@ class PBKVPolicy(CachePolicy):
                 if up and t.key is not None and t.key[1] > 0.0:
                     t.key_epoch = RISEN
                 else:
-                    forget_key(t)
+                    self.forget_key(t)
         if gone is not None:
             for key in gone:
                 del nodes[key]
@@ -651,12 +649,12 @@ class PBKVPolicy(CachePolicy):
             if not t.past_fixed:  # every workflow's agents are among `fixed`: a shared prompt, no more
                 return total
         current_only, reuse = ingredients.current_paths, ingredients.reuse
-        weights, values_of, pending, latest_of, share = (
+        weights, values_of, pending, latest_of, reuse_evidence = (
             self._weights,
             self._values,
             self._pending,
             self.latest,
-            self.reuse.share,
+            self.reuse,
         )
         for workflow, agents in t.workflows.items():
             if fixed and agents.keys() <= fixed:  # valued by the demand above (a shared prompt: most workflows)
@@ -676,7 +674,7 @@ class PBKVPolicy(CachePolicy):
                         tokens = node_tokens(node)
                         read = min(max(pair.reread - (t.depth - tokens), 0), tokens) / tokens if tokens else 0.0
                     else:
-                        read = share(a, pair.region(t.depth)) if reuse else 1.0
+                        read = reuse_evidence.share(a, pair.region(t.depth)) if reuse else 1.0
                 elif current_only:
                     continue
                 else:
@@ -751,13 +749,13 @@ class PBKVPolicy(CachePolicy):
 
     def _rekey_aged(self, now: float) -> None:
         """Report the retired nodes whose age crossed into another bucket: their keys changed."""
-        rekeys, forget_key = self._rekeys, self.forget_key
+        rekeys = self._rekeys
         while rekeys and rekeys[0][0] <= now:
             when, _, t = heapq.heappop(rekeys)
             if t.rekey_at == when:  # else re-keyed since (touched, or a new epoch)
                 t.rekey_at = 0.0
                 if not t.evicted:
-                    forget_key(t)
+                    self.forget_key(t)
 
     def _count_retired_reads(self, read: Sequence[Any], workflow: WorkflowKey) -> None:
         """Count the retired nodes a request read from cache, at its first tagging (once its prompt is in the

@@ -39,10 +39,10 @@ class WorkflowRegistry:
         self.lease_s = lease_s
         self.max_active = max_active
         self.max_path = max_path
-        self._active: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()
+        self.by_id: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()  # the active ones, least recent first
         # The policies ask these for every node they rank: the dict's own methods, no Python frame per call.
-        self.is_active: Callable[[WorkflowKey], bool] = self._active.__contains__
-        self.get: Callable[[WorkflowKey], WorkflowState | None] = self._active.get
+        self.is_active: Callable[[WorkflowKey], bool] = self.by_id.__contains__
+        self.get: Callable[[WorkflowKey], WorkflowState | None] = self.by_id.get
         self.retired_count = 0
         self.expired_count = 0
         self.version = 0  # bumped on every change that can move a forecast
@@ -51,14 +51,14 @@ class WorkflowRegistry:
 
     def observe(self, workflow: WorkflowKey, agent: str, now: float) -> tuple[WorkflowState, str | None]:
         """Record a request of `workflow` by `agent`; returns the state and the previous agent."""
-        state = self._active.get(workflow)
+        state = self.by_id.get(workflow)
         if state is None:
-            if len(self._active) >= self.max_active:
-                self._retire(next(iter(self._active)), expired=True)
+            if len(self.by_id) >= self.max_active:
+                self._retire(next(iter(self.by_id)), expired=True)
             state = WorkflowState(workflow, started=now, last_seen=now)
-            self._active[workflow] = state
+            self.by_id[workflow] = state
         else:
-            self._active.move_to_end(workflow)
+            self.by_id.move_to_end(workflow)
         previous = state.agent
         state.last_seen = now
         state.path.append(agent)
@@ -74,8 +74,8 @@ class WorkflowRegistry:
     def expire(self, now: float) -> list[WorkflowState]:
         """Retire every workflow whose lease ran out; cheap when none did."""
         expired = []
-        while self._active:
-            state = next(iter(self._active.values()))
+        while self.by_id:
+            state = next(iter(self.by_id.values()))
             if now - state.last_seen < self.lease_s:
                 break
             self._retire(state.id, expired=True)
@@ -83,7 +83,7 @@ class WorkflowRegistry:
         return expired
 
     def _retire(self, workflow: WorkflowKey, *, expired: bool) -> WorkflowState | None:
-        state = self._active.pop(workflow, None)
+        state = self.by_id.pop(workflow, None)
         if state is None:
             return None
         self.retired_count += 1
@@ -94,11 +94,11 @@ class WorkflowRegistry:
     # -- queries
 
     def active(self) -> Iterator[WorkflowState]:
-        return iter(self._active.values())
+        return iter(self.by_id.values())
 
     def recent(self, n: int) -> Iterator[WorkflowState]:
         """The `n` most recently active workflows, most recent first."""
-        return islice(reversed(self._active.values()), n)
+        return islice(reversed(self.by_id.values()), n)
 
     def __len__(self) -> int:
-        return len(self._active)
+        return len(self.by_id)

@@ -299,7 +299,7 @@ class ReplayCache:
         cached = hit + loaded
         lock = cache.lock(anchor)
         self.policy.on_admit(tags)
-        prefetched = take_prefetched(path_nodes(cache, anchor))
+        prefetched = take_prefetched(path_nodes(cache, anchor)) if self.host_tier else 0  # only a host tier prefetches
         slots = allocate(cache, anchor, cached, (kv_len if output else enc.prompt_len) - cached)
         if slots is None:
             cache.unlock(lock)
