@@ -284,7 +284,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     if args.instances < 1:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
     if args.instances > 1:
-        return _replay_cluster(args, trace, policies, capacities, options)
+        return _replay_cluster(args, trace, policies, capacities, options, None if own else str(spec))
     options["told_reads"] = args.told_reads
     from rich.progress import Progress
 
@@ -304,10 +304,12 @@ def _run_replay(args: argparse.Namespace) -> int:
     shown = best_of_group(results, grouped_builtins)
     if args.plot:
         plot_timeline(shown, args.plot, title=trace.meta.name or args.trace)
+    # A run with perfect forecasts, or told what is read, must not pass for pbkv's own: the table's title and
+    # each JSON object say so (`forecaster`: null where every policy kept its own).
     if args.json:  # every run, the group's too
-        print(json.dumps([r.to_json() for r in results]))
+        labels = {"forecaster": None if own else str(spec), "told_reads": args.told_reads}
+        print(json.dumps([{**r.to_json(), **labels} for r in results]))
     else:
-        # A run with perfect forecasts, or told what is read, must not pass for pbkv's own.
         told = ", told reads" if args.told_reads else ""
         forecaster = "" if own else f", forecaster {spec}"
         print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}{told}")
@@ -315,8 +317,9 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, options) -> int:  # noqa: ANN001
-    """--instances N: the timed replay with N workers that split the capacity, per routing."""
+def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, options, forecaster) -> int:  # noqa: ANN001
+    """--instances N: the timed replay with N workers that split the capacity, per routing; `forecaster`: the one
+    --predictor gave pbkv (None: each policy's own)."""
     from agentcache.policy import PolicyConfigError
     from agentcache.replay.cluster import RoutingError, parse_routings, replay_cluster
     from agentcache.replay.runner import PreparedTrace
@@ -358,11 +361,13 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
     except (RoutingError, PolicyConfigError) as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps(runs))
+        print(json.dumps([{**run, "forecaster": forecaster} for run in runs]))
         return 0
     from agentcache.replay.report import print_fitted_table
 
     title = f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}"
+    if forecaster is not None:
+        title += f", forecaster {forecaster}"
     headers = (
         "capacity",
         "policy",

@@ -347,6 +347,11 @@ def test_cli_replay_with_instances_reports_the_timed_figures(tmp_path, capsys, m
             assert key in row
         assert row["throughput_rps"] > 0 and row["capacity"] == 16000 and row["instances"] == 2
         assert row["time_scale"] == 0.5
+        assert row["forecaster"] is None  # each policy's own
+    pbkv_argv = [*argv[:-3], "pbkv", "--instances", "2", "--routing", "round-robin", "--predictor", "markov"]
+    assert main([*pbkv_argv, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["forecaster"] == "markov", "the JSON says whose forecasts these were, as the table does"
     # The table in an 80-column terminal: names whole, numbers squeezed (rich cut "workflow-a…" before).
     monkeypatch.setenv("COLUMNS", "80")
     routings = "power-of-two,workflow-affinity,workflow-aware"

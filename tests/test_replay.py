@@ -788,6 +788,12 @@ def test_cli_replay_told_what_is_read_says_so_and_where_it_cannot(tmp_path, caps
     assert main([*argv, "--told-reads", "--json"]) == 0
     (told,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert told["hit_rate"] > perfect["hit_rate"]
+    # The JSON says what the table's title says: neither run passes for pbkv's own.
+    assert (perfect["forecaster"], perfect["told_reads"]) == ("oracle", False)
+    assert (told["forecaster"], told["told_reads"]) == ("oracle", True)
+    assert main(["replay", str(path), "--capacity", "8000", "--policy", "pbkv", "--json"]) == 0
+    (own,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (own["forecaster"], own["told_reads"]) == (None, False)
     assert main([*argv, "--told-reads"]) == 0
     captured = capsys.readouterr()
     assert "told reads" in captured.out + captured.err, "the table says pbkv was told what is read"
