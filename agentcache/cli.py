@@ -273,6 +273,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError("--predictor oracle follows one cache's requests in trace order: not with --instances")
     if args.instances > 1 and args.told_reads:
         raise UsageError("--told-reads follows one cache's requests in trace order: not with --instances")
+    forecaster = None if own else str(spec)  # what the results say of whose forecasts they had
 
     def predictor_factory():  # noqa: ANN202
         return None if own else spec.build(trace.meta.call_graph, trace=trace)
@@ -284,7 +285,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     if args.instances < 1:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
     if args.instances > 1:
-        return _replay_cluster(args, trace, policies, capacities, options, None if own else str(spec))
+        return _replay_cluster(args, trace, policies, capacities, options, forecaster)
     options["told_reads"] = args.told_reads
     from rich.progress import Progress
 
@@ -307,12 +308,12 @@ def _run_replay(args: argparse.Namespace) -> int:
     # A run with perfect forecasts, or told what is read, must not pass for pbkv's own: the table's title and
     # each JSON object say so (`forecaster`: null where every policy kept its own).
     if args.json:  # every run, the group's too
-        labels = {"forecaster": None if own else str(spec), "told_reads": args.told_reads}
+        labels = {"forecaster": forecaster, "told_reads": args.told_reads}
         print(json.dumps([{**r.to_json(), **labels} for r in results]))
     else:
         told = ", told reads" if args.told_reads else ""
-        forecaster = "" if own else f", forecaster {spec}"
-        print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{forecaster}{told}")
+        by = "" if forecaster is None else f", forecaster {forecaster}"
+        print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{by}{told}")
         _note_oversized([(r.capacity, r.requests, r.oversized_requests) for r in results], 1)
     return 0
 
