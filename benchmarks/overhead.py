@@ -1,6 +1,6 @@
 """What each policy costs on the scheduler's hot path, at the cache sizes and concurrency a GPU serves.
 
-    .venv/bin/python benchmarks/overhead.py              # about 12 minutes on 2 cores
+    .venv/bin/python benchmarks/overhead.py              # about 15 minutes on 2 cores
     .venv/bin/python benchmarks/overhead.py --quick      # one small point, a minute
     .venv/bin/python benchmarks/overhead.py --breakdown 100 200000   # where pbkv's time goes at one point
 
@@ -8,8 +8,8 @@ SGLang's scheduler is one Python thread, and every eviction round rebuilds its h
 leaf, calling the strategy's `get_priority` on each (pbkv keeps its own heap across rounds instead). This replays code-retry workflows through SGLang's
 real radix cache (the engine layer the server runs) at capacities of 50k / 200k / 800k tokens and
 100 / 500 / 1,500 workflows in flight, and times the whole cache work of each request (match, insert,
-eviction, the policy's bookkeeping) for lru, SGLang's lfu and pbkv in the same process, in rotating
-order. A second pass counts the eviction keys pbkv's heap asked for and those it computed. Writes docs/overhead.md and
+eviction, the policy's bookkeeping) for lru, SGLang's lfu, pbkv and SGLang alone, each policy's replay in a
+process of its own, the processes taking turns of TURN requests (`lockstep`). A second pass counts the eviction keys pbkv's heap asked for and those it computed. Writes docs/overhead.md and
 docs/img/overhead.png.
 """
 
@@ -19,13 +19,15 @@ import argparse
 import cProfile
 import gc
 import json
+import multiprocessing
 import os
 import platform
 import pstats
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ import agentcache  # noqa: E402
 from agentcache import compiled  # noqa: E402
 from agentcache.policy.pbkv import PBKVPolicy  # noqa: E402
 from agentcache.replay import runner  # noqa: E402
-from agentcache.replay.runner import PreparedTrace, replay_policy, replay_sglang_alone  # noqa: E402
+from agentcache.replay.runner import PreparedTrace, ReplayResult, replay_policy, replay_sglang_alone  # noqa: E402
 from agentcache.trace import End, Trace  # noqa: E402
 from agentcache.workloads import GenConfig, generate  # noqa: E402
 
@@ -53,6 +55,9 @@ POLICIES = ("lru", "lfu", "pbkv")
 ALONE = "lfu alone"  # SGLang's lfu with no agentcache, on SGLang's default tree core: what a user runs
 PROJECT = str(Path(agentcache.__file__).resolve().parent.parent)  # agentcache's code, and this benchmark's
 MEAN_WORKFLOW_S = 25.0  # a code-retry workflow's mean duration at the default knobs: rate = in flight / duration
+# Requests one policy's replay serves before the next policy's turn: some 20-40 ms of cache work here, shorter than
+# the machine's swings in speed (tens of percent within seconds), longer than a turn's hand-over.
+TURN = 50
 
 
 @contextmanager
@@ -83,6 +88,93 @@ def mean_in_flight(trace: Trace) -> float:
     start = min(s for s, _ in spans.values())
     stop = max(t for _, t in spans.values())
     return sum(t - s for s, t in spans.values()) / (stop - start) if stop > start else float(len(spans))
+
+
+def _replay_in_turns(conn: Any, trace: Trace, policy: str, capacity: int, runs: int, turn: int) -> None:
+    """A lockstep child: `runs` replays of `trace` with `policy`, `turn` requests at a time, waiting between turns
+    for the parent's go; sends back each replay's result and the seconds of its turns (the waits not counted)."""
+    turns: list[float] = []  # this run's
+    served = 0
+    started = 0.0
+
+    def hand_over() -> None:
+        nonlocal served, started
+        served += 1
+        if served % turn == 0:
+            turns.append(time.perf_counter() - started)
+            conn.send(None)
+            conn.recv()
+            started = time.perf_counter()
+
+    try:
+        prepared = PreparedTrace(trace)
+        for _ in range(runs):
+            turns, served = [], 0
+            with frozen_garbage_collector():
+                conn.send(None)  # ready: the garbage before this replay collected and the rest frozen
+                conn.recv()
+                started = time.perf_counter()
+                if policy == ALONE:
+                    result = replay_sglang_alone(prepared, "lfu", capacity, on_request=hand_over)
+                else:
+                    result = replay_policy(prepared, policy, capacity, on_request=hand_over)
+                turns.append(time.perf_counter() - started)
+            conn.send((result, turns))
+    except BaseException:  # noqa: BLE001 - whatever failed, the parent says which policy and how
+        conn.send(RuntimeError(f"{policy}'s replay failed:\n{traceback.format_exc()}"))
+
+
+def lockstep(
+    trace: Trace, capacity: int, policies: Sequence[str], runs: int, turn: int = TURN
+) -> Iterator[dict[str, tuple[ReplayResult, float]]]:
+    """`runs` times, each policy's replay of `trace`, in lockstep: every policy replays in a process of its own and
+    the processes take turns of `turn` requests (who goes first rotating every round), so each policy's cache work
+    is timed in the same stretches of the machine's time, which swings by tens of percent within seconds, faster
+    than whole replays run one after another can pair away. Before each replay a process collects its garbage
+    and freezes the rest (`frozen_garbage_collector`); it pays for its own collections. Yields, per run, each
+    policy's result and its seconds of cache work (its turns summed). The processes are spawned, not forked:
+    torch's thread pool does not survive a fork (a forked child's first large tensor hangs)."""
+    context = multiprocessing.get_context("spawn")
+    pipes, children = {}, []
+    try:
+        for policy in policies:
+            ours, theirs = context.Pipe()
+            child = context.Process(
+                target=_replay_in_turns, args=(theirs, trace, policy, capacity, runs, turn), daemon=True
+            )
+            child.start()
+            theirs.close()  # the child's end is the child's alone: its exit is an EOF here, not a hang
+            pipes[policy] = ours
+            children.append(child)
+        order = list(policies)
+        for _ in range(runs):
+            for policy in policies:
+                _message(pipes[policy], policy)  # ready
+            done: dict[str, tuple[ReplayResult, float]] = {}
+            while len(done) < len(order):
+                for policy in [p for p in order if p not in done]:
+                    pipes[policy].send(None)
+                    message = _message(pipes[policy], policy)
+                    if message is not None:
+                        result, turns = message
+                        done[policy] = (result, sum(turns))
+                order = order[1:] + order[:1]
+            yield done
+    finally:
+        for child in children:
+            child.join(timeout=5)
+            if child.is_alive():
+                child.kill()
+
+
+def _message(conn: Any, policy: str) -> Any:
+    try:
+        message = conn.recv()
+    except EOFError:
+        raise RuntimeError(f"{policy}'s replay process exited without its result") from None
+    if isinstance(message, RuntimeError):
+        raise message
+    return message
 
 
 def count_calls(prepared: PreparedTrace, policy: str, capacity: int) -> tuple[int, int]:
@@ -218,19 +310,14 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                 ms: dict[str, list[float]] = {p: [] for p in order}
                 hit: dict[str, float] = {}
                 modelled_ms: dict[str, float] = {}
-                for _ in range(repeat):
-                    for policy in order:
-                        with frozen_garbage_collector():
-                            if policy == ALONE:
-                                result = replay_sglang_alone(prepared, "lfu", capacity)
-                                alone_label = result.policy
-                            else:
-                                result = replay_policy(prepared, policy, capacity)
-                        ms[policy].append(result.replay_wall_s / result.requests * 1e3)
+                for run in lockstep(trace, capacity, order, repeat):
+                    for policy, (result, seconds) in run.items():
+                        ms[policy].append(seconds / result.requests * 1e3)
                         hit[policy] = result.hit_rate
                         modelled_ms[policy] = result.modelled_latency_s / result.requests * 1e3
-                        progress.advance(task)
-                    order = order[1:] + order[:1]  # a different policy first in each repetition
+                        if policy == ALONE:
+                            alone_label = result.policy
+                    progress.advance(task, len(order))
                 asked, computed = count_keys(prepared, capacity)
                 progress.advance(task)
                 calls, calls_ours = {}, {}
@@ -290,19 +377,29 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "# The scheduler's hot path: cache work per request",
         "",
         f"Command: `{command}` ({platform.python_implementation()} {platform.python_version()},",
-        "one process on a 2-core machine; every figure below comes from that one run). The policy core",
+        "a process per policy on a 2-core machine; every figure below comes from that one run). The policy core",
         f"(`agentcache.compiled`) ran {compiled.active()}.",
         "",
         "Code-retry workflows (`agentcache.workloads`, seed 1, 2 x in-flight + 200 workflows, arriving at",
         f"in-flight / {MEAN_WORKFLOW_S:.0f} s per second; `measured`: workflows open averaged over the whole run, ramp-up",
-        "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay divided by its requests, which is all the",
+        "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay (its turns) divided by its requests, which is all the",
         "cache work of a request (prefix match, insert, eviction rounds, the policy's bookkeeping); the",
-        f"median of {repeat} runs per policy, the policies in rotating order, each after a full garbage collection",
-        "(a replay pays for the garbage it makes, not for the one before it) with what exists then frozen, as",
-        "SGLang's scheduler freezes its objects after warm-up (`/freeze_gc`): a full collection during the replay",
-        "scans what serving made, not the trace the benchmark holds. Min-max in brackets. The ratios",
-        "are paired: each repetition's pbkv over the same repetition's baseline, then their median and",
-        "min-max (the machine's speed drifts by tens of percent over minutes; a pair run back to back shares it).",
+        f"median of {repeat} runs per policy. In a run the policies replay in lockstep (`lockstep`): each in a",
+        "process of its own, which first collects the garbage it inherited (a replay pays for the garbage it",
+        "makes, not for the one before it) and freezes what exists then, as SGLang's scheduler freezes its",
+        "objects after warm-up (`/freeze_gc`: a full collection during the replay scans what serving made, not",
+        f"the trace the benchmark holds); the processes take turns of {TURN} requests, who goes first rotating",
+        "every round, and only the turns are timed. So every policy's cache work is timed in the same stretches",
+        "of the machine's time, whose speed swings by tens of percent within seconds: with whole replays run one",
+        "after another, as this page's runs were until 2026-12-05, pbkv / lfu at 100 in flight and 200,000",
+        "tokens was 1.28x [1.21-1.31] over 3 runs in one hour and 1.35x [1.25-1.88] over 5 in another twelve",
+        "hours later, with the same hit rates and pbkv's code, if anything, cheaper (docs/overhead-instructions.md).",
+        "Turns of 10, 50, 200 and 1,000 requests there (lockstep runs of lfu and pbkv, three of each, the sizes",
+        "interleaved, 2026-12-05) gave 1.22-1.24x, 1.20-1.24x, 1.20-1.30x and 0.95-1.14x: the longer the turn, the",
+        "more of the machine's swings fall on one side of a pair; whole replays one after another, 0.98x and 1.28x",
+        "within minutes of each other.",
+        "Min-max in brackets. The ratios are paired: each run's pbkv over the same run's baseline, then their",
+        "median and min-max.",
         "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
         "the ones it had to compute (the rest were kept on the node). SGLang's own lfu asks for the key",
         "of every evictable leaf at every eviction round instead. `Python calls`: the function calls",

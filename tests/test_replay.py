@@ -334,6 +334,36 @@ def test_sglang_alone_is_sglangs_default_tree_core_and_evicts_as_its_python_core
         assert 0 < alone.hit_tokens == on_python.hit_tokens < alone.prompt_tokens
 
 
+def test_overhead_lockstep_replays_as_whole_replays_do_and_times_each_policy(small_traces):
+    """The hot-path benchmark times its policies in lockstep, each replay in a process of its own taking turns of
+    TURN requests: the turns change when each request is served, not what any replay decides, and every policy's
+    cache work is timed (SGLang alone included, whose replay hands over its turns as ours does)."""
+    import sys
+
+    sys.path.insert(0, str(REAL_TRACES.parent))
+    import overhead
+
+    trace = small_traces["code-retry"]
+    prepared = PreparedTrace(trace)
+    capacity = int(mean_prompt(prepared) * 4)
+    assert len(prepared.requests) > 3 * overhead.TURN  # several turns each
+    policies = ("lfu", "pbkv", overhead.ALONE)
+    runs = list(overhead.lockstep(trace, capacity, policies, runs=2))
+    assert len(runs) == 2
+    for policy in policies:
+        if policy == overhead.ALONE:
+            whole = replay_sglang_alone(prepared, "lfu", capacity)
+        else:
+            whole = replay_policy(prepared, policy, capacity)
+        for run in runs:
+            result, seconds = run[policy]
+            assert (result.requests, result.hit_tokens) == (whole.requests, whole.hit_tokens), policy
+            assert 0.0 < seconds <= result.replay_wall_s
+    calls = []
+    replay_sglang_alone(prepared, "lfu", capacity, on_request=lambda: calls.append(None))
+    assert len(calls) == len(prepared.requests)
+
+
 def test_sglang_alone_serves_as_the_replay_does_and_leaks_no_slot_or_lock(small_traces):
     """The baseline makes the same SGLang calls per request as the replay: with the same strategy on the same core
     it finds the same tokens cached as ReplayCache does without agentcache's fixed-prompt boundary, and every slot

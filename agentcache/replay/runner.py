@@ -199,10 +199,16 @@ def replay_policy(
 
 
 def replay_sglang_alone(
-    prepared: PreparedTrace, builtin: str, capacity: int, cost: CostModel = DEFAULT_COST
+    prepared: PreparedTrace,
+    builtin: str,
+    capacity: int,
+    cost: CostModel = DEFAULT_COST,
+    *,
+    on_request: Callable[[], None] | None = None,
 ) -> ReplayResult:
     """Replay the trace's requests through SGLang's cache with no agentcache (`SGLangAloneCache`): what a user
-    runs with `--radix-eviction-policy builtin`. End events mean nothing to it."""
+    runs with `--radix-eviction-policy builtin`. End events mean nothing to it. `on_request`: called after each
+    request, as by `replay_policy`."""
     cache = SGLangAloneCache(capacity, builtin)
     result = ReplayResult(policy=f"{builtin} (SGLang alone, {cache.tree_core})", capacity=capacity)
     started = time.perf_counter()
@@ -214,6 +220,8 @@ def replay_sglang_alone(
         result.recomputed_tokens += enc.prompt_len - (hit or 0)
         result.oversized_requests += hit is None
         result.modelled_latency_s += cost.request_s(enc.prompt_len, hit or 0, 0, request.output)
+        if on_request is not None:
+            on_request()
     result.replay_wall_s = time.perf_counter() - started
     return result
 
