@@ -1,6 +1,6 @@
 """What each policy costs on the scheduler's hot path, at the cache sizes and concurrency a GPU serves.
 
-    .venv/bin/python benchmarks/overhead.py              # about 15 minutes on 2 cores
+    .venv/bin/python benchmarks/overhead.py --repeat 5   # docs/overhead.md's run: about 30 minutes on 2 cores
     .venv/bin/python benchmarks/overhead.py --quick      # one small point, a minute
     .venv/bin/python benchmarks/overhead.py --breakdown 100 200000   # where pbkv's time goes at one point
 
