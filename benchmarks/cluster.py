@@ -272,6 +272,14 @@ ON_THE_MEDIANS = [
     "  -0.07 / -0.14 / -0.16 at seed 11. The newest home dropped instead of the busiest: 13 and 6; +0.16 /",
     "  +0.01 / -0.28 and -0.08 / -0.06 / +0.02. Both: 12 and 6; +0.48 / -0.06 / +0.13 and -0.05 / -0.56 /",
     "  +0.13. Within a row of the default either way, as a 1% change of pace is.",
+    "- Follow-up turns never spilt (the bound on new conversations only; tried on one pace 2026-12-04), again",
+    "  on the medians: 10 of 27 rows here, 7 of 21 at seed 11, 5 of 21 at seed 22 (the default: 12, 6, 4);",
+    "  mean hit rate per N +0.16 / +0.75 / -0.15 points here, +0.51 / +1.11 / +0.31 and +0.58 / +0.64 /",
+    "  -0.45 at the seeds; p90 TTFT over cache-aware's (geometric mean over the rows) higher at every N on",
+    "  all three pages (here x0.818 / 0.628 / 0.244 against x0.774 / 0.577 / 0.203). In chat at N = 4, where",
+    "  36 of 632 follow-up turns spilt, it gains 4.9 points (55.0%, cache-aware 57.3%) and a lower p90; over",
+    "  the rows, keeping conversations whole buys hit rate with queueing, the trade the Done-when asks to",
+    "  win on both sides at once.",
 ]
 
 
