@@ -52,6 +52,21 @@ def descendants(process: subprocess.Popen) -> list[psutil.Process]:
     return psutil.Process(process.pid).children(recursive=True)
 
 
+def kill_tree(process: subprocess.Popen) -> None:
+    """Kill a server a failed test left running, its engines first: killing `agentcache serve` alone leaves
+    SGLang's launcher and scheduler running, and an idle scheduler on CPU took a core for the rest of the
+    suite (seen in CI, whose timed tests then failed)."""
+    if process.poll() is not None:
+        return
+    for child in descendants(process):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    process.kill()
+    process.wait()
+
+
 def assert_all_gone(processes: list[psutil.Process], ports: list[int]) -> None:
     _, alive = psutil.wait_procs(processes, timeout=10)
     assert not alive, f"left running: {[p.pid for p in alive]}"
@@ -93,8 +108,7 @@ def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
         assert "Gracefully exiting" in err and "crashed" not in err and "SIGQUIT" not in err, err[-3000:]
         assert_all_gone(children, [port])
     finally:
-        if serve.poll() is None:
-            serve.kill()
+        kill_tree(serve)
 
 
 def test_serve_says_so_and_exits_nonzero_when_the_engine_dies(tmp_path):
@@ -115,8 +129,7 @@ def test_serve_says_so_and_exits_nonzero_when_the_engine_dies(tmp_path):
         assert "the server stopped on its own (killed by SIGKILL)" in err, err[-2000:]
         assert_all_gone(children, [port])
     finally:
-        if serve.poll() is None:
-            serve.kill()
+        kill_tree(serve)
 
 
 def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
@@ -138,8 +151,7 @@ def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
         assert "SIGINT received, stopping the cluster" in err
         assert_all_gone(children, [port, *worker_ports])
     finally:
-        if serve.poll() is None:
-            serve.kill()
+        kill_tree(serve)
 
 
 @pytest.mark.parametrize(
