@@ -91,9 +91,7 @@ def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
         tags = {"v": 1, "workflow": "forgotten", "agent": "a:x"}
         body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 1, "custom_params": {"agentcache": tags}}}
         httpx.post(f"{url}/generate", json=body, timeout=60).raise_for_status()
-        stats = httpx.get(f"{url}/agentcache/v1/stats").json()
-        # Registered; on a machine slow enough its lease may have run out already (it counts from the request).
-        assert stats["active_workflows"] + stats["expired_workflows"] == 1, stats
+        assert httpx.get(f"{url}/agentcache/v1/stats").json()["active_workflows"] == 1
         time.sleep(4)  # past the lease, and no request comes
         stats = httpx.get(f"{url}/agentcache/v1/stats").json()
         assert stats["active_workflows"] == 0 and stats["expired_workflows"] == 1, "the lease ran out on the clock"
