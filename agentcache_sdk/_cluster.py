@@ -18,49 +18,23 @@ server in trouble.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 
 import httpx
+
+from agentcache.router_workers import parse_router_workers
 
 TARGETS_TTL_S = 30.0
 LOOKUP_TIMEOUT = httpx.Timeout(5.0, connect=1.0)  # a server that does not accept at once is unreachable
 REQUEST_LOOKUP_TIMEOUT = httpx.Timeout(1.0)  # the one lookup a request waits for (in an async app, its event loop)
 FAILED_RETRY_S = 5.0
 
-_DP_RANK = re.compile(r"@\d+$")  # the router's --dp-aware mode lists a worker once per rank as `url@rank`
 # base URL -> (looked up at, end targets, workers behind it: None for a plain server)
 _cache: dict[str, tuple[float, list[str], int | None]] = {}
 _failed: dict[str, float] = {}  # base URL -> when its last lookup failed (cleared by one that answers)
 _refreshing: set[str] = set()
 _lock = threading.Lock()
-
-
-def router_listing(payload: object) -> tuple[list[str], int] | None:
-    """(healthy worker base URLs, workers listed) from a `GET /workers` answer of sglang-router (0.3.x), or None
-    for another shape.
-
-    The router answers ``{"workers": [{"url": ..., "is_healthy": ..., ...}], "total": n, "stats": {...}}``.
-    """
-    if not isinstance(payload, dict) or not isinstance(payload.get("workers"), list):
-        return None
-    healthy: list[str] = []
-    listed: list[str] = []
-    for worker in payload["workers"]:
-        if not isinstance(worker, dict) or not isinstance(worker.get("url"), str):
-            return None
-        url = _DP_RANK.sub("", worker["url"]).rstrip("/")
-        listed.append(url)
-        if worker.get("is_healthy", True):
-            healthy.append(url)
-    return list(dict.fromkeys(healthy)), len(dict.fromkeys(listed))
-
-
-def router_workers(payload: object) -> list[str] | None:
-    """Healthy worker base URLs from a `GET /workers` answer of sglang-router, or None for another shape."""
-    listing = router_listing(payload)
-    return None if listing is None else listing[0]
 
 
 def _lookup(
@@ -88,12 +62,12 @@ def _ask(
     listing = None
     if r.status_code == 200:
         try:
-            listing = router_listing(r.json())
+            listing = parse_router_workers(r.json())
         except ValueError:
             listing = None
-    if (listing is not None and not listing[0]) or r.status_code >= 500:
+    if (listing is not None and not listing.healthy) or r.status_code >= 500:
         return None  # a router with no healthy worker, or a server in trouble
-    return (listing[0], listing[1]) if listing is not None else ([base_url], None)
+    return (listing.healthy, listing.listed) if listing is not None else ([base_url], None)
 
 
 def end_targets(client: httpx.Client, base_url: str, headers: dict[str, str]) -> list[str]:

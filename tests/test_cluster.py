@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agentcache.workloads import GenConfig, generate
-from agentcache_sdk._cluster import router_workers
+from agentcache.router_workers import RouterWorkers, parse_router_workers
 
 
 @pytest.fixture(scope="module")
@@ -379,9 +379,9 @@ def test_the_routers_worker_list_is_read_and_anything_else_is_not_a_router():
         "total": 4,
         "stats": {},
     }
-    assert router_workers(listing) == ["http://10.0.0.1:30001", "http://10.0.0.2:30001"]
-    assert router_workers({"detail": "Not Found"}) is None
-    assert router_workers({"workers": [{"id": 1}]}) is None
+    assert parse_router_workers(listing) == RouterWorkers(["http://10.0.0.1:30001", "http://10.0.0.2:30001"], 3)
+    assert parse_router_workers({"detail": "Not Found"}) is None
+    assert parse_router_workers({"workers": [{"id": 1}]}) is None
 
 
 def test_end_targets_fall_back_to_the_server_and_cache_the_answer():
@@ -525,8 +525,6 @@ smg_worker_requests_active{worker="http://127.0.0.1:30001"} 3
 
 
 def test_the_sdk_counts_every_worker_the_router_lists_as_a_slot():
-    from agentcache_sdk._cluster import router_listing
-
     listing = {
         "workers": [
             {"url": "http://a:1", "is_healthy": True},
@@ -534,10 +532,10 @@ def test_the_sdk_counts_every_worker_the_router_lists_as_a_slot():
             {"url": "http://b:1@1", "is_healthy": False},
         ]
     }
-    assert router_listing(listing) == (["http://a:1"], 2), (
+    assert parse_router_workers(listing) == RouterWorkers(["http://a:1"], 2), (
         "an unhealthy worker keeps its slot (the router re-places it)"
     )
-    assert router_listing({"detail": "Not Found"}) is None
+    assert parse_router_workers({"detail": "Not Found"}) is None
 
 
 @pytest.fixture(scope="module")
