@@ -51,6 +51,6 @@ def test_toy_run_writes_figures_and_page(tmp_path):
 
 
 def test_committed_page_is_its_figures():
-    figures = json.loads((ROOT / "docs" / "gpu-anchor.json").read_text())
+    figures = json.loads((ROOT / "docs" / "results" / "gpu-anchor.json").read_text())
     assert figures["device"].startswith("NVIDIA")
-    assert gpu_anchor.render(figures) == (ROOT / "docs" / "gpu-anchor.md").read_text()
+    assert gpu_anchor.render(figures) == (ROOT / "docs" / "results" / "gpu-anchor.md").read_text()
