@@ -32,7 +32,7 @@ from typing import Any
 
 from agentcache.routing import Placement, WorkflowAwareRouting, slot_key
 from agentcache.tags import Tags
-from agentcache_sdk._cluster import cluster_size
+from agentcache_sdk._workers import cluster_size
 from agentcache_sdk._config import settings
 
 DEFAULT_CHARS_PER_TOKEN = 4.0

@@ -45,7 +45,7 @@ from urllib.parse import quote
 import httpx
 
 from agentcache.tags import MAX_ID_CHARS, check_id
-from agentcache_sdk._cluster import end_targets
+from agentcache_sdk._workers import end_targets
 from agentcache_sdk._config import settings
 
 logger = logging.getLogger("agentcache_sdk")

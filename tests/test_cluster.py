@@ -385,7 +385,7 @@ def test_the_routers_worker_list_is_read_and_anything_else_is_not_a_router():
 
 
 def test_end_targets_fall_back_to_the_server_and_cache_the_answer():
-    from agentcache_sdk._cluster import end_targets
+    from agentcache_sdk._workers import end_targets
 
     calls = []
 

@@ -427,7 +427,7 @@ def test_a_server_whose_worker_listing_fails_costs_one_short_lookup_not_one_per_
     app, with its event loop blocked) and doubling the load on the server; now the first waits at most
     REQUEST_LOOKUP_TIMEOUT, the requests go keyed by their workflow, and the lookup is retried in the background
     FAILED_RETRY_S later: a router that answers then is found."""
-    from agentcache_sdk import _cluster
+    from agentcache_sdk import _workers
     from agentcache_sdk._hooks import routing_key
 
     fake.listing_fault = fault
@@ -441,12 +441,12 @@ def test_a_server_whose_worker_listing_fails_costs_one_short_lookup_not_one_per_
     assert fake.listings == 1
     assert {h["x-smg-routing-key"] for _, h in chats(fake)} == {routing_key(wf.id)}, "keyed by the workflow"
 
-    monkeypatch.setattr(_cluster, "FAILED_RETRY_S", 0.0)
+    monkeypatch.setattr(_workers, "FAILED_RETRY_S", 0.0)
     workers = _workers_behind(fake)
     fake.listing_fault = None
     try:
         deadline = time.monotonic() + 10
-        while _cluster.cluster_size(fake.url, {}) != 2:  # retried in the background, not waited for
+        while _workers.cluster_size(fake.url, {}) != 2:  # retried in the background, not waited for
             assert time.monotonic() < deadline, "the router was never found"
             time.sleep(0.05)
         with ac.workflow() as routed:
