@@ -14,7 +14,7 @@ back from host memory (HiCache) instead of being recomputed.
 
 Default constants: a Llama-3-8B-class model (32 layers, d_model 4096, 8 KV
 heads x 128, bf16) on one H100 SXM, anchored on published measurements of
-that model on that GPU (docs/serving-model.md lists them with their sources):
+that model on that GPU (docs/results/serving-model.md lists them with their sources):
 
 - LINEAR: 2.3e-5 s per prefilled token: batched prefill of 512-token prompts runs
   at about 43,800 tokens/s (vLLM, 2026; SGLang bench_one_batch, 2024, agrees).
@@ -30,7 +30,7 @@ that model on that GPU (docs/serving-model.md lists them with their sources):
   requests, (STEP + 32 SEQ) / 32 = 2.2e-4 s.
 - RELOAD: 131 kB of KV per token over PCIe at an effective 25 GB/s = 5.2e-6 s
   (PBKV's testbed had 20 GB/s). Derived, and conservative: one bulk copy from pinned
-  memory on an H200 moved 55 GB/s, 2.4e-6 s a token (docs/gpu-anchor.md), where HiCache
+  memory on an H200 moved 55 GB/s, 2.4e-6 s a token (docs/results/gpu-anchor.md), where HiCache
   moves pages.
 
 So reloading a token costs about a fifth of recomputing it, and a long

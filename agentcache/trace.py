@@ -1,4 +1,4 @@
-"""Workflow trace format, version 1 (docs/trace-format.md): reading, validating, writing.
+"""Workflow trace format, version 1 (docs/design/trace-format.md): reading, validating, writing.
 
 A trace is JSON Lines: an optional ``meta`` line, then ``request`` and ``end``
 events in the order they were sent. Every malformed line raises

@@ -400,7 +400,7 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
     A workflow started inside another one joins it: one top-level run is one workflow. After
     `end_workflow()`, the call's next request starts its next workflow (`<id>.2`), which leaving ends.
     `workflow_id` and `name` are printable text of at most 256 characters, in any script (the wire format's
-    ids, docs/wire-format.md); anything else raises ValueError here.
+    ids, docs/design/wire-format.md); anything else raises ValueError here.
     """
 
     def __init__(

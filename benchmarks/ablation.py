@@ -4,7 +4,7 @@
 
 Each row switches one ingredient off (or, for `cost`, on) from the default, so
 the column says what the ingredient adds; LRU, the best SGLang built-in and
-the offline reference (belady) sit beside them. Writes docs/ablation.md and docs/ablation.json.
+the offline reference (belady) sit beside them. Writes docs/results/ablation.md and docs/results/ablation.json.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main() -> None:
     ]
     (DOCS / "ablation.md").write_text("\n".join(lines))
     (DOCS / "ablation.json").write_text(json.dumps(records, indent=1))
-    Console(stderr=True).print(f"wrote docs/ablation.md in {time.time() - started:.0f} s")
+    Console(stderr=True).print(f"wrote docs/results/ablation.md in {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """The cost model's constants measured on a GPU: an 8B Llama-shaped model in bf16, timed with PyTorch.
 
     python3 benchmarks/gpu_anchor.py --out docs          # on a CUDA machine, about 2 minutes
-    python3 benchmarks/gpu_anchor.py --render docs/gpu-anchor.json   # the page again from its figures
+    python3 benchmarks/gpu_anchor.py --render docs/results/gpu-anchor.json   # the page again from its figures
     .venv/bin/python benchmarks/gpu_anchor.py --tiny --out /tmp/x   # the same code, toy shape (a check, no figures)
 
 agentcache/cost.py is fitted to published measurements of Llama-3-8B on one H100
-(docs/serving-model.md). SGLang's GPU build could not be installed on the GPU machine
+(docs/results/serving-model.md). SGLang's GPU build could not be installed on the GPU machine
 this ran on (it reaches no package registry), so this times the model's arithmetic instead: Llama-3-8B's shape (32
 layers, d_model 4096, 32 query and 8 KV heads of 128, MLP 14,336, vocabulary 128,256)
 with random bf16 weights (no weights can be downloaded; the work per token is the
@@ -17,7 +17,7 @@ per layer, and decode steps replayed as CUDA graphs as SGLang runs them. It meas
   the KV cache, against the same prompt prefilled fresh (what the policies trade in);
 - batched prefill (16 prompts of 512 tokens: SGLang's 8,192-token prefill budget), and a
   batch of 16 requests that each extend 4,000 cached tokens by 250, against the same fresh;
-- decode steps at the batch sizes and contexts of docs/serving-model.md;
+- decode steps at the batch sizes and contexts of docs/results/serving-model.md;
 - a host-to-device copy of KV from pinned memory (what HiCache's prefetch moves),
   per token of KV, against recomputing that token.
 
@@ -323,7 +323,7 @@ def render(figures: dict) -> str:
         f"medians [min-max] of {figures['plan']['reps']} repetitions after a warm-up ({LONG_PROMPT_REPS} for prompts of"
         f" {LONG_PROMPT:,}",
         f"tokens and more; {DECODE_REPS} for decode steps). `model` is `agentcache/cost.py`, fitted to published",
-        "figures for an H100 SXM (docs/serving-model.md). Self-check: the last logits of a prompt",
+        "figures for an H100 SXM (docs/results/serving-model.md). Self-check: the last logits of a prompt",
         f"prefilled fresh and in three parts over the cache differ by {figures['self_check']:.1e} (relative).",
         "",
         "## Prefill of a fresh prompt (one request)",

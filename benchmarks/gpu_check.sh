@@ -11,7 +11,7 @@
 #    pbkv against lru and SGLang's lfu/slru, written to $OUT/live-bench-gpu.{json,png}.
 # Where SGLang cannot be installed (a GPU machine that reaches no package registry),
 # `python3 benchmarks/gpu_anchor.py` times the served model's arithmetic with PyTorch alone
-# (docs/gpu-anchor.md).
+# (docs/results/gpu-anchor.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs}

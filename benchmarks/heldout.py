@@ -7,7 +7,7 @@ replays the same families generated with seeds 11, 22 and 33 (never used in deve
 and 16x each trace's mean prompt, with lru, every SGLang built-in, pbkv and the offline reference, and
 reports per point pbkv's margin over the best built-in and the share of the LRU-to-offline-reference
 gap it closes; beside it pbkv with a forecaster trained beforehand on the same family, with perfect
-forecasts, and with perfect forecasts and reads. Writes docs/heldout.md and docs/heldout.json.
+forecasts, and with perfect forecasts and reads. Writes docs/results/heldout.md and docs/results/heldout.json.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def run(families: list[str]) -> list[dict]:
 
 
 def markdown(rows: list[dict], command: str) -> str:
-    """docs/heldout.md for `rows` (docs/heldout.json) and the command that measured them."""
+    """docs/results/heldout.md for `rows` (docs/results/heldout.json) and the command that measured them."""
     lines = [
         "# Held-out seeds: the ladder on workloads nobody tuned on",
         "",
@@ -176,7 +176,7 @@ def main() -> None:
     rows = run(families)
     command = COMMAND + (f" --only {args.only}" if args.only else "")
     write_docs(rows, command)
-    Console(stderr=True).print("wrote docs/heldout.md, docs/heldout.json")
+    Console(stderr=True).print("wrote docs/results/heldout.md, docs/results/heldout.json")
 
 
 if __name__ == "__main__":

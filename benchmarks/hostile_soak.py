@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/hostile_soak.py             # about 4 minutes on 2 cores
 
 Starts the bundled server (CPU dev mode, tiny model, pbkv) and sends rounds of requests that once
-crashed the server or grew it (docs/reliability.md lists each), interleaved with honest tagged
+crashed the server or grew it (docs/results/reliability.md lists each), interleaved with honest tagged
 requests, then checks that the server never restarted and that its processes' memory stayed flat.
-Prints a table and writes the "Hostile traffic" section of docs/reliability.md.
+Prints a table and writes the "Hostile traffic" section of docs/results/reliability.md.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=30400)
     parser.add_argument("--lease", type=float, default=20.0)
     parser.add_argument("--only", help="send only the kinds of request whose name contains this")
-    parser.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/reliability.md")
+    parser.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/results/reliability.md")
     args = parser.parse_args()
     console = Console(stderr=True)
     rng = random.Random(0)
@@ -208,7 +208,7 @@ def report(args, outcomes, samples, stats, restarts, wall, console) -> None:  # 
         *(f"| {n} | {h:.0f} | {s:.0f} |" for n, h, s in samples[::step]),
     ]
     write_between_markers(DOCS / "reliability.md", "hostile", "\n".join(lines))
-    console.print("wrote the hostile-traffic section of docs/reliability.md")
+    console.print("wrote the hostile-traffic section of docs/results/reliability.md")
 
 
 if __name__ == "__main__":

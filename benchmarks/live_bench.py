@@ -1,14 +1,14 @@
-"""The live benchmark's default run, written into docs/live-bench.md and the README's live table.
+"""The live benchmark's default run, written into docs/results/live-bench.md and the README's live table.
 
     .venv/bin/python benchmarks/live_bench.py        # about 15 minutes on 2 cores
     .venv/bin/python benchmarks/live_bench.py --family phased-chat --workflows 8   # a rebuilding workload
 
-Runs `agentcache bench --json --plot docs/img/live-bench.png` (its defaults: a generated group chat,
+Runs `agentcache bench --json --plot docs/results/img/live-bench.png` (its defaults: a generated group chat,
 lru, lfu, slru and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
 strategies on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
 Extra arguments go to `agentcache bench`; with `--family F` (other than the default group chat) the
-page is docs/live-bench-F.md and the README's table for it sits between its own markers; `--page NAME`
-(not passed on) names the page docs/live-bench-NAME.md instead, for a run that differs in other arguments:
+page is docs/results/live-bench-F.md and the README's table for it sits between its own markers; `--page NAME`
+(not passed on) names the page docs/results/live-bench-NAME.md instead, for a run that differs in other arguments:
 
     .venv/bin/python benchmarks/live_bench.py --page full-prompts --token-scale 1.0   # prompts at full size
 """
@@ -114,7 +114,7 @@ def main() -> None:
 def write_pages(summary: dict, extra: list[str]) -> None:
     name = page_name(extra)
     arguments = bench_arguments(extra)
-    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/img/{name}.png", *arguments])
+    shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/results/img/{name}.png", *arguments])
     lines = table(summary) + ["", *verdicts(summary)]
     if name == "live-bench":
         workload = "the default workload (16 generated group-chat workflows: agents append to a shared conversation)"

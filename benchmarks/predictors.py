@@ -7,7 +7,7 @@ with seeds TRAIN_SEEDS, the test trace with the suite's own seed (the one the
 replay benchmarks use). The neural predictor is trained on the training traces
 (one model per family); the online predictors observe them in order first and
 then score the test trace prequentially, like the policy would run them.
-Writes docs/predictors.md.
+Writes docs/results/predictors.md.
 """
 
 from __future__ import annotations

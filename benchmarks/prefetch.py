@@ -7,7 +7,7 @@ device capacity (device: 4x the trace's mean prompt), with pbkv and no
 prefetch, conservative prefetch (idle space and idle bandwidth only) and
 aggressive prefetch (may evict active cache), while pbkv's forecasts are
 mixed with uniform noise, P' = (1 - lambda) P + lambda U. Writes
-docs/prefetch.md, docs/prefetch.json and docs/img/prefetch-noise.png.
+docs/results/prefetch.md, docs/results/prefetch.json and docs/results/img/prefetch-noise.png.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main() -> None:
         "",
         "Command: `python benchmarks/prefetch.py`. Each family: "
         f"{WORKFLOWS} workflows, device capacity 4x the mean prompt, a HiCache host tier twice that.",
-        "Modelled GPU time (s: the cost model's per-request costs summed, [cost model](../agentcache/cost.py)) and, in brackets,",
+        "Modelled GPU time (s: the cost model's per-request costs summed, [cost model](../../agentcache/cost.py)) and, in brackets,",
         "device hit rate;",
         "`loaded`: prompt tokens reloaded from host at request time; `prefetched / used`: tokens a prefetch",
         "loaded, and how many of them a request then read.",
@@ -92,7 +92,7 @@ def main() -> None:
     (DOCS / "prefetch.md").write_text("\n".join(lines))
     (DOCS / "prefetch.json").write_text(json.dumps(records, indent=1))
     _plot(records, args.families)
-    Console(stderr=True).print(f"wrote docs/prefetch.md in {time.time() - started:.0f} s")
+    Console(stderr=True).print(f"wrote docs/results/prefetch.md in {time.time() - started:.0f} s")
 
 
 def _plot(records: list[dict], families: list[str]) -> None:

@@ -6,9 +6,9 @@ The timed replay (agentcache/replay/serving.py) turns the cost model
 (agentcache/cost.py: an 8B model, bf16, on one H100 SXM) into step times, time
 to first token and throughput. This sets the model's figures beside published
 measurements of Llama-3(.1)-8B on one H100 for the same settings, and beside our
-own timing of that model's shape on an H200 (docs/gpu-anchor.json, written by
+own timing of that model's shape on an H200 (docs/results/gpu-anchor.json, written by
 benchmarks/gpu_anchor.py on a GPU machine), so a reader can see where the model is
-close and where it is not. Writes docs/serving-model.md.
+close and where it is not. Writes docs/results/serving-model.md.
 """
 
 from __future__ import annotations

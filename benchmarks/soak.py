@@ -10,7 +10,7 @@
    workflow that never ends; every request claiming one single workflow; and
    agent ids that change with every request.
 
-Writes docs/reliability.md and docs/reliability.json.
+Writes docs/results/reliability.md and docs/results/reliability.json.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def main() -> None:
     ]
     write_between_markers(DOCS / "reliability.md", "soak", "\n".join(lines))
     (DOCS / "reliability.json").write_text(json.dumps({"soak": soaked, "adversarial": hostile}, indent=1))
-    console.print(f"wrote docs/reliability.md in {time.time() - started:.0f} s")
+    console.print(f"wrote docs/results/reliability.md in {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

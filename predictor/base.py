@@ -21,7 +21,7 @@ START = "<START>"  # marks the beginning of a workflow's path in contexts; never
 # K = 3 only the forecast's smoothing mass valued it (perfect 3-step forecasts made pbkv worse there). On
 # development seeds 4 raised pbkv's hit rate on the pipeline by 1.4-2.7 points at 8x and 16x and moved the other
 # families by -0.75 to +0.76 (means -0.07 to +0.11); 6 did no better on the pipeline and worse elsewhere
-# (docs/policy.md, "How far ahead").
+# (docs/design/policy.md, "How far ahead").
 DEFAULT_HORIZON = 4
 
 Forecast = list[dict[str, float]]  # K rows; each maps agent (or END) -> probability, summing to 1

@@ -37,7 +37,7 @@ from agentcache.predictor.base import DEFAULT_HORIZON, END, START, Forecast, Pre
 # and pipelines that call one agent at several stages are told apart only by more than the last three (the
 # back-off keeps shorter contexts wherever the longer ones have too little data). On development seeds, 6
 # raised pbkv's mean hit rate over 3 on every generated family but plain chat (unchanged) and group chat
-# (-0.05 points), where 8 did no better (docs/forecaster-order.md).
+# (-0.05 points), where 8 did no better (docs/results/archive/forecaster-order.md).
 DEFAULT_ORDER = 6
 # What a forecaster that serves a policy re-rolls at: every SERVING_REFRESH_EVERY transitions, or once it learned
 # 1/SERVING_REFRESH_SHARE more than it knew where that is more (counts of a few more transitions move a forecast

@@ -92,7 +92,7 @@ def test_a_rollout_follows_at_most_max_states_contexts_and_stays_a_forecast():
 
 def test_forecasts_are_rerolled_once_a_share_more_was_learned_not_at_every_transition():
     """A busy server learns thousands of transitions: re-rolling every forecast after every 16 of them made the
-    forecaster pbkv's largest cost per request (docs/overhead.md), where they barely move it."""
+    forecaster pbkv's largest cost per request (docs/results/overhead.md), where they barely move it."""
     m = MarkovPredictor(order=1, refresh_every=4, refresh_share=8)
     train(m, [["planner", "coder", "tester"]], times=100)  # 400 transitions learned
     m.observe(["planner"], "reviewer")  # a new outcome re-rolls at once: no forecast may lack it
