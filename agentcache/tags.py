@@ -12,7 +12,7 @@ cannot carry nested containers inside ``custom_params``. The SDK writes
 with :func:`parse`, resolves the fixed-prompt boundary to tokens and stamps the
 tenant and its clock (:meth:`Tags.to_stamped`); the scheduler reads that back
 with :func:`read_stamped` and hands the same type to the policy. Full
-reference: docs/wire-format.md.
+reference: docs/design/wire-format.md.
 
 An agent is known by the name users know (the framework's node, agent or role
 name, ``agent_name``) wherever the SDK knows one, and by the fingerprint of its
@@ -199,7 +199,7 @@ def find(custom_params: Any) -> Any:
 
 # ---------------------------------------------------------------- the agent fingerprint rule
 #
-# An agent's fingerprint (docs/wire-format.md) is a digest of its fixed prefix: the leading system or
+# An agent's fingerprint (docs/design/wire-format.md) is a digest of its fixed prefix: the leading system or
 # developer messages and the tool schemas when the prompt starts with one (the fixed prompt is then
 # exactly those messages); otherwise (AutoGen's selector, prompts built from one template) the role and
 # the first FIRST_CHARS characters of the first message, plus the tools, with no fixed message. The SDK

@@ -2,7 +2,7 @@
 
     nice -n 19 .venv/bin/python benchmarks/cluster.py          # about 18 minutes on 2 cores
 
-Writes the page and its figures beside it (docs/scale-out.{md,json}); `--render` writes the page again
+Writes the page and its figures beside it (docs/results/scale-out.{md,json}); `--render` writes the page again
 from the figures alone.
 
 Per trace and N, arrivals are compressed (`time_scale`) until round-robin
@@ -15,8 +15,8 @@ conversations (the fixed prompts stay shared), started a fraction of the
 trace's span apart (the time scale then sets the load). Rows run in a pool of
 processes, one per core (`--processes`).
 
-    nice -n 19 .venv/bin/python benchmarks/cluster.py --seed 11   # held out: docs/scale-out-seed-11.md
-    nice -n 19 .venv/bin/python benchmarks/cluster.py --seed 22   # held out: docs/scale-out-seed-22.md
+    nice -n 19 .venv/bin/python benchmarks/cluster.py --seed 11   # held out: docs/results/scale-out-seed-11.md
+    nice -n 19 .venv/bin/python benchmarks/cluster.py --seed 22   # held out: docs/results/scale-out-seed-22.md
 
 With `--seed`, the generated families at that seed alone (the suite uses seed 1): a
 routing constant chosen on the suite's rows is checked on workloads it never saw.
@@ -170,7 +170,7 @@ FEWER_HOMES = [
     "  seeds (`--seed`) on 11 of 27 rows against the default's 13 (seed 11: 7 and 7 of its first 14 rows;",
     "  seed 22: 4 and 6 of its first 13): fitted to these rows, not better. One home per agent, spills alone",
     "  spreading the load: 6 of 27 here.",
-    "  The default at held-out seeds, every routing: docs/scale-out-seed-11.md, docs/scale-out-seed-22.md.",
+    "  The default at held-out seeds, every routing: docs/results/scale-out-seed-11.md, docs/results/scale-out-seed-22.md.",
 ]
 
 ROUNDED_HOMES = [
@@ -308,14 +308,14 @@ def markdown(rows: list[dict], command: str, policy: str, seconds: float, seed: 
     if seed is not None:
         lines += [
             f"The generated families at seed {seed}, which no routing constant was chosen on (the suite's page,",
-            "docs/scale-out.md, uses seed 1; the recorded traces have no seed and are left out here). The reading",
+            "docs/results/scale-out.md, uses seed 1; the recorded traces have no seed and are left out here). The reading",
             "below was written for the suite's page; the tables are this run's.",
             "",
         ]
     lines += [
         "The timed replay (`agentcache/replay/serving.py`: SGLang 0.5.23's real radix cache per worker, with",
         f"the `{policy}` policy, under a model of its scheduler; seconds from the cost model of an 8B model on",
-        "one H100, docs/serving-model.md) serves each trace with N workers behind a modelled router",
+        "one H100, docs/results/serving-model.md) serves each trace with N workers behind a modelled router",
         "(`agentcache/replay/cluster.py`). Each worker's KV pool holds 4x the trace's mean prompt (the suite's",
         "tight capacity). For each trace and N, arrivals are compressed (`time scale`) until",
         f"round-robin keeps the workers about {TARGET_UTILIZATION:.0%} busy (`rr util`); every routing then",
@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--output",
-        help="page to write (default docs/scale-out.md, docs/scale-out-seed-SEED.md with --seed); its figures go"
+        help="page to write (default docs/results/scale-out.md, docs/results/scale-out-seed-SEED.md with --seed); its figures go"
         " to the same name with .json",
     )
     parser.add_argument("--render", action="store_true", help="write the page again from its .json, running nothing")

@@ -8,10 +8,10 @@ different sizes a strong heuristic, not a proven optimum, and an online policy
 can beat it) and the unlimited cache (what no eviction at all would hit: the
 ceiling).
 
-Writes docs/benchmarks.md (tables), docs/benchmarks.json (every run),
-docs/img/ladder-<trace>.png (hit rate over time at the tightest capacity) and,
+Writes docs/results/benchmarks.md (tables), docs/results/benchmarks.json (every run),
+docs/results/img/ladder-<trace>.png (hit rate over time at the tightest capacity) and,
 on a full run, the summary table in README.md. `--readme` rewrites only that
-table, from docs/benchmarks.json.
+table, from docs/results/benchmarks.json.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def markdown(runs, command: str) -> str:
                 + " | ".join(cells)
                 + f" | {builtin.policy} {cell(builtin)} | {delta * 100:+.1f} pts | {speed:.2f}x |"
             )
-    lines += ["", "Hit rate over time at the tightest capacity: `docs/img/ladder-<trace>.png`.", ""]
+    lines += ["", "Hit rate over time at the tightest capacity: `docs/results/img/ladder-<trace>.png`.", ""]
     return "\n".join(lines)
 
 
@@ -116,7 +116,7 @@ README = DOCS.parent / "README.md"
 
 def readme_table(rows: list[dict]) -> str:
     """The README's summary: LRU, the best built-in, pbkv, the offline reference and the ceiling, from
-    docs/benchmarks.json rows."""
+    docs/results/benchmarks.json rows."""
     lines = [
         "| trace | capacity | lru | best built-in | pbkv | offline reference | unlimited cache |",
         "|---|---|---|---|---|---|---|",
@@ -164,7 +164,7 @@ def main() -> None:
     )
     if not args.only:
         write_readme_table()
-    Console(stderr=True).print(f"wrote docs/benchmarks.md and docs/benchmarks.json in {time.time() - started:.0f} s")
+    Console(stderr=True).print(f"wrote docs/results/benchmarks.md and docs/results/benchmarks.json in {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ request and no output re-sent as the model wrote it (`agentcache.bench.as_served
 requests or so, what a policy learns online rests on little evidence, and a policy that wins at full
 size can lose here, so this replays that regime through SGLang's radix cache: every family at seeds 1
 to 8 (seed 7 is the live bench's), at 2x, 4x and 8x the mean prompt, with lru, every SGLang built-in,
-pbkv and the offline reference. Writes docs/live-sized.md and docs/live-sized.json.
+pbkv and the offline reference. Writes docs/results/live-sized.md and docs/results/live-sized.json.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main() -> None:
         f" --{k} {v}" for k, v in (("only", args.only), ("also", args.also)) if v
     )
     write_docs(rows, command, extra)
-    Console(stderr=True).print("wrote docs/live-sized.md, docs/live-sized.json")
+    Console(stderr=True).print("wrote docs/results/live-sized.md, docs/results/live-sized.json")
 
 
 if __name__ == "__main__":

@@ -2,14 +2,14 @@
 
     .venv/bin/python benchmarks/live_vs_replay.py        # about a minute
 
-Each live page (docs/live-bench*.json, written by benchmarks/live_bench.py: `agentcache bench` against
+Each live page (docs/results/live-bench*.json, written by benchmarks/live_bench.py: `agentcache bench` against
 the real SGLang server on CPU) is set beside the replays of exactly the workload it sent
 (`agentcache.bench.as_served`: the generated trace at the bench's seed, segments scaled, outputs capped,
 the same KV capacity and pacing): the untimed replay (SGLang's radix cache, requests served at once)
 and the timed one (agentcache/replay/serving.py: a queue, batches and step times from the cost model of
 an 8B model on one H100). The live figures are medians over the page's repetitions. Seconds differ by
 design (a CPU server running a small model against a modelled GPU): what is compared is each one's
-order of the policies, by hit rate and by time to first token. Writes docs/live-vs-replay.md.
+order of the policies, by hit rate and by time to first token. Writes docs/results/live-vs-replay.md.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def markdown(rows: list[dict]) -> str:
             + "; ".join(
                 f"{row['page']} {min(gaps[row['page']]):+.1f} to {max(gaps[row['page']]):+.1f} points" for row in rows
             )
-            + ". On the CPU server a hit saves part of a prompt token's time ([prefill-cost.md](prefill-cost.md)),",
+            + ". On the CPU server a hit saves part of a prompt token's time ([prefill-cost.md](archive/prefill-cost.md)),",
             "so its TTFT differences are smaller than the modelled GPU's.",
             "",
             *sections,

@@ -1,6 +1,6 @@
 """What each policy costs on the scheduler's hot path, at the cache sizes and concurrency a GPU serves.
 
-    .venv/bin/python benchmarks/overhead.py --repeat 5   # docs/overhead.md's run: about 30 minutes on 2 cores
+    .venv/bin/python benchmarks/overhead.py --repeat 5   # docs/results/overhead.md's run: about 30 minutes on 2 cores
     .venv/bin/python benchmarks/overhead.py --quick      # one small point, a minute
     .venv/bin/python benchmarks/overhead.py --breakdown 100 200000   # where pbkv's time goes at one point
 
@@ -9,8 +9,8 @@ leaf, calling the strategy's `get_priority` on each (pbkv keeps its own heap acr
 real radix cache (the engine layer the server runs) at capacities of 50k / 200k / 800k tokens and
 100 / 500 / 1,500 workflows in flight, and times the whole cache work of each request (match, insert,
 eviction, the policy's bookkeeping) for lru, SGLang's lfu, pbkv and SGLang alone, each policy's replay in a
-process of its own, the processes taking turns of TURN requests (`lockstep`). A second pass counts the eviction keys pbkv's heap asked for and those it computed. Writes docs/overhead.md and
-docs/img/overhead.png.
+process of its own, the processes taking turns of TURN requests (`lockstep`). A second pass counts the eviction keys pbkv's heap asked for and those it computed. Writes docs/results/overhead.md and
+docs/results/img/overhead.png.
 """
 
 from __future__ import annotations
@@ -393,14 +393,14 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "of the machine's time, whose speed swings by tens of percent within seconds: with whole replays run one",
         "after another, as this page's runs were until 2026-12-05, pbkv / lfu at 100 in flight and 200,000",
         "tokens was 1.28x [1.21-1.31] over 3 runs in one hour and 1.35x [1.25-1.88] over 5 twelve hours later,",
-        "with the same hit rates and pbkv's code, if anything, cheaper (docs/overhead-instructions.md).",
+        "with the same hit rates and pbkv's code, if anything, cheaper (docs/results/archive/overhead-instructions.md).",
         "Turns of 10, 50, 200 and 1,000 requests there (lockstep runs of lfu and pbkv, three of each, the sizes",
         "interleaved, 2026-12-05) gave 1.22-1.24x, 1.20-1.24x, 1.20-1.30x and 0.95-1.14x: the longer the turn, the",
         "more of the machine's swings fall on one side of a pair; whole replays one after another, 0.98x and 1.28x",
         "within minutes of each other. The grid run twice more that day in lockstep: on the machine as idle as for",
         "this run, 0.80x-1.23x, the worst point 1.23x [1.19-1.27]; with the test suite running on its other core,",
         "1.26x there (the first four points, then stopped): pbkv's work waits on memory more than lfu's (it",
-        "executes 1.09x lfu's instructions there, docs/overhead-instructions.md), and a busier machine slows it more.",
+        "executes 1.09x lfu's instructions there, docs/results/archive/overhead-instructions.md), and a busier machine slows it more.",
         "Min-max in brackets. The ratios are paired: each run's pbkv over the same run's baseline, then their",
         "median and min-max.",
         "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
@@ -421,7 +421,7 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "(`agentcache/replay/engine.py`, `SGLangAloneCache`). The plugin cannot run on that core: SGLang builds its Rust tree core only for",
         "its own strategies and components. `pbkv / lfu alone` is therefore what the plugin costs a user's",
         "scheduler over plain SGLang, the Python tree core included. Beside it, what that buys: the prefill",
-        "the cost model (docs/serving-model.md: an 8B model on one H100) gives the prompt tokens pbkv served",
+        "the cost model (docs/results/serving-model.md: an 8B model on one H100) gives the prompt tokens pbkv served",
         "from cache and lfu alone computed, per request. That is modelled GPU time, the cost on the left",
         "measured CPU time on this machine: not one latency, but the sizes the two trade.",
         "",
@@ -509,7 +509,7 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "sides run the policy core compiled, the other revision's built in its worktree; `--core source`: both from",
         "source). Instructions do not drift: `.venv/bin/python benchmarks/overhead_instructions.py` counts those of",
         "one replay per policy under valgrind's callgrind, and the garbage collections it triggers",
-        "(docs/overhead-instructions.md): a change shows there to the last digit, and the ratio there is the part",
+        "(docs/results/archive/overhead-instructions.md): a change shows there to the last digit, and the ratio there is the part",
         "of the wall-time ratio that executing more code explains.",
         "",
         "How pbkv keeps its keys cheap (agentcache/policy/pbkv.py): each node's eviction key is kept on the",
@@ -572,7 +572,7 @@ def main() -> None:
     plot(rows, DOCS / "img" / "overhead.png")
     command = ".venv/bin/python benchmarks/overhead.py" + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
     write_docs(rows, command, args.repeat)
-    Console(stderr=True).print("wrote docs/overhead.md, docs/overhead.json, docs/img/overhead.png")
+    Console(stderr=True).print("wrote docs/results/overhead.md, docs/results/overhead.json, docs/results/img/overhead.png")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,11 @@
     .venv/bin/python benchmarks/serving_time.py --render        # the page again from its figures
 
 The timed replay (agentcache/replay/serving.py: SGLang 0.5.23's real radix cache under a model of
-its scheduler, step times from the cost model of an 8B model on one H100, which docs/gpu-anchor.md
+its scheduler, step times from the cost model of an 8B model on one H100, which docs/results/gpu-anchor.md
 checks against an H200) serves each suite trace on one worker at the suite's three capacities.
 Per trace, arrivals are compressed (`time scale`) until LRU keeps the worker about 90% busy at the
 middle capacity; every policy then serves the trace at that pace and at 0.9x and 1.1x of it.
-Writes docs/serving-time.{md,json}.
+Writes docs/results/serving-time.{md,json}.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def markdown(rows: list[dict], seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--render", action="store_true", help="write the page again from docs/serving-time.json")
+    parser.add_argument("--render", action="store_true", help="write the page again from docs/results/serving-time.json")
     args = parser.parse_args(argv)
     figures_path = DOCS / "serving-time.json"
     if args.render:

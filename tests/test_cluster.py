@@ -281,7 +281,7 @@ def test_workflow_aware_sizes_homes_by_kv_occupancy_learned_from_the_answers_not
 def test_workflow_aware_on_a_small_busy_cluster(code_retry):
     """code-retry, 40 workflows at 4x their pace, 2 workers of 4x the mean prompt each, lru: workflow-aware
     caches more than pinning workflows and keeps load within its bound (it does not beat cache-aware on
-    every figure: docs/scale-out.md)."""
+    every figure: docs/results/scale-out.md)."""
     from agentcache.replay.cluster import replay_cluster
 
     prepared, mean_prompt = code_retry

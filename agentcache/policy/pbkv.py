@@ -29,7 +29,7 @@ As written, the score undervalues an agent's fixed prompt: a workflow that
 has not called the agent yet adds nothing to it, nor does a workflow that has
 not started. SGLang's LFU protects such prompts through global hit counts,
 which is why it beats the paper's score on real traces. Our default adds, as
-switchable ingredients (see docs/policy.md for what each one is worth):
+switchable ingredients (see docs/design/policy.md for what each one is worth):
 
 - fixed_by_forecast: a node of agent a's fixed prompt is worth every active
   workflow's forecast of calling a, ``D(a) = sum_{w active} v_w(a)``, touched or not;

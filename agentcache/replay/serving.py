@@ -43,7 +43,7 @@ engine layer the plugin also uses) under a model of SGLang 0.5.23's scheduler:
 Several workers share one clock; a router chooses each request's worker when
 it arrives. Figures: hit rate, time to first token and end-to-end latency
 (median, p90, p99) and throughput, per worker and in total. The seconds are
-the cost model's (an 8B model on one H100, docs/serving-model.md states its
+the cost model's (an 8B model on one H100, docs/results/serving-model.md states its
 anchors), not measurements.
 """
 
