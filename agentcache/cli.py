@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 import tempfile
-import warnings
 from collections.abc import Sequence
 
 from rich.console import Console
 
+from agentcache.engine.sglang_warnings import ignore_sglang_gpu_only_warnings
 from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor.cli import output_problem
 from agentcache.predictor.cli import register as add_predictor_commands
@@ -567,7 +567,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _run_demo(args: argparse.Namespace) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from agentcache.bench import BenchError, median_range, runs_on_plain_sglang
+    from agentcache.bench.report import median_range
+    from agentcache.bench.runner import runs_on_plain_sglang
+    from agentcache.bench.workload import BenchError
     from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
     from agentcache.policy import PolicyConfigError, parse_policies
     from agentcache.replay.report import print_fitted_table
@@ -641,13 +643,10 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- bench
 
-# The default workload: a group chat (agents take turns on a shared, growing conversation), small enough to
-# run in minutes on 2 cores, sent fast enough that requests overlap and the cache is contended.
-BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "group-chat", 16, 7
-
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from agentcache.bench import CAPACITY_FACTOR, DEFAULT_POLICIES, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE
+    from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES
+    from agentcache.bench.workload import BENCH_FAMILY, BENCH_WORKFLOWS, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE
     from agentcache.server_ext.model import SIZES
 
     p = sub.add_parser(
@@ -715,16 +714,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 def _run_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentcache.bench import (
-        BenchError,
-        BenchOptions,
-        bench_trace,
-        comparisons,
-        first_workflows,
-        median_range,
-        plot,
-        summarize,
-    )
+    from agentcache.bench.report import comparisons, median_range, plot
+    from agentcache.bench.runner import BenchOptions, bench_trace
+    from agentcache.bench.runs import summarize
+    from agentcache.bench.workload import BENCH_FAMILY, BENCH_SEED, BENCH_WORKFLOWS, BenchError, first_workflows
     from agentcache.policy import PolicyConfigError, parse_policies
     from agentcache.replay.report import print_fitted_table
     from agentcache.trace import TraceError, read_trace
@@ -831,12 +824,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     add_predictor_commands(sub)
     return parser
-
-
-def ignore_sglang_gpu_only_warnings() -> None:
-    """Importing SGLang without a GPU warns that quantization kernels no command here uses need CUDA (the servers'
-    own logs keep theirs)."""
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.srt\.layers\.quantization\.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

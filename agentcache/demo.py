@@ -8,7 +8,7 @@ a verifier decides (and sometimes sends it back). The model is random-weight,
 so the apps' branches are decided by a seeded random generator: both policies
 see exactly the same workflows.
 
-It runs on the live benchmark's footing (agentcache/bench.py): a fresh server
+It runs on the live benchmark's footing (agentcache/bench/): a fresh server
 per policy and repetition, warmed up, policies in alternating order, medians
 over repetitions with their spread. `lru` (SGLang's default), `lfu` and `slru`
 are plain SGLang (`--radix-eviction-policy`) running the apps without
@@ -29,17 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcache.bench import (
-    DEFAULT_POLICIES,
-    BenchError,
-    BenchOptions,
-    Run,
-    Sent,
-    best_sglang_strategy,
-    measure,
-    paired_ratios,
-    runs_on_plain_sglang,
-)
+from agentcache.bench.report import best_sglang_strategy
+from agentcache.bench.runner import DEFAULT_POLICIES, BenchOptions, measure, runs_on_plain_sglang
+from agentcache.bench.runs import Run, paired_ratios
+from agentcache.bench.workload import BenchError, Sent
 from agentcache.policy import PolicySpec
 
 WORDS = (
@@ -193,7 +186,7 @@ def run_demo(
     import openai
 
     import agentcache_sdk as ac
-    from agentcache.bench import vocab_size_of
+    from agentcache.bench.runner import vocab_size_of
     from agentcache.server_ext.launcher import ensure_model
 
     model = ensure_model(opts.model_path, opts.model_size)

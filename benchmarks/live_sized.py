@@ -22,8 +22,7 @@ from rich.console import Console
 from rich.progress import Progress
 from suite import DOCS, mean_prompt
 
-from agentcache.bench import MAX_NEW_TOKENS, TOKEN_SCALE, as_served
-from agentcache.cli import BENCH_WORKFLOWS
+from agentcache.bench.workload import BENCH_WORKFLOWS, MAX_NEW_TOKENS, TOKEN_SCALE, as_served
 from agentcache.policy.spec import BUILTINS
 from agentcache.replay.runner import PreparedTrace
 from agentcache.workloads import FAMILIES, GenConfig, generate

@@ -20,8 +20,17 @@ from dataclasses import dataclass
 
 from suite import DOCS, mean_prompt
 
-from agentcache.bench import CAPACITY_FACTOR, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE, as_served, median_range
-from agentcache.cli import BENCH_FAMILY, BENCH_SEED, BENCH_WORKFLOWS
+from agentcache.bench.report import median_range
+from agentcache.bench.runner import CAPACITY_FACTOR
+from agentcache.bench.workload import (
+    BENCH_FAMILY,
+    BENCH_SEED,
+    BENCH_WORKFLOWS,
+    MAX_NEW_TOKENS,
+    TIME_SCALE,
+    TOKEN_SCALE,
+    as_served,
+)
 from agentcache.replay.runner import PreparedTrace, replay
 from agentcache.replay.serving import serve_trace
 from agentcache.workloads import GenConfig, generate

@@ -25,7 +25,8 @@ from rich.progress import Progress
 from rich.table import Table
 from suite import DOCS
 
-from agentcache.bench import ENGINE_CPU_THREADS, generate, vocab_size_of, warm_up
+from agentcache.bench.runner import ENGINE_CPU_THREADS, vocab_size_of, warm_up
+from agentcache.bench.workload import generate
 from agentcache.server_ext.launcher import ServeOptions, Server, ensure_model
 
 MAX_NEW_TOKENS = 1  # the time to first token is all this measures

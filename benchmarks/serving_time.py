@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from suite import DOCS, suite
 
-from agentcache.bench import median_range
+from agentcache.bench.report import median_range
 from agentcache.replay.runner import PreparedTrace
 from agentcache.replay.serving import serve_trace
 

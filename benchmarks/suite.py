@@ -15,7 +15,7 @@ from pathlib import Path
 
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 
-from agentcache.cli import ignore_sglang_gpu_only_warnings  # noqa: E402
+from agentcache.engine.sglang_warnings import ignore_sglang_gpu_only_warnings  # noqa: E402
 from agentcache.trace import Trace, read_trace  # noqa: E402
 from agentcache.workloads import FAMILIES, GenConfig, generate  # noqa: E402
 

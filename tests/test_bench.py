@@ -70,7 +70,7 @@ def test_the_json_contract_keys_are_documented_in_the_help(capsys):
 
 def test_bench_servers_run_one_engine_thread_on_cpu():
     """One torch thread per CPU engine: with one per core a busy neighbour process made single runs 15x slower."""
-    from agentcache.bench import ENGINE_CPU_THREADS, BenchOptions, serve_options
+    from agentcache.bench.runner import ENGINE_CPU_THREADS, BenchOptions, serve_options
     from agentcache.policy import PolicySpec
     from agentcache.server_ext.launcher import sglang_command
 
@@ -83,16 +83,16 @@ def test_bench_servers_run_one_engine_thread_on_cpu():
 def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):
     """`--workflows N` generates N conversations; the cut to a trace's first N workflows is for trace files only
     (a chat's turns are workflows of their own: the cut kept N single turns)."""
-    import agentcache.bench
-    from agentcache.cli import BENCH_SEED
+    import agentcache.bench.runner
+    from agentcache.bench.workload import BENCH_SEED, BenchError
 
     sent = []
 
     def capture(trace, *args, **kwargs):
         sent.append(trace)
-        raise agentcache.bench.BenchError("captured")
+        raise BenchError("captured")
 
-    monkeypatch.setattr(agentcache.bench, "bench_trace", capture)
+    monkeypatch.setattr(agentcache.bench.runner, "bench_trace", capture)
     assert main(["bench", "--family", "chat", "--workflows", "3", "--port", "1"]) == 2
     (trace,) = sent
     conversations = {r.workflow.rsplit("-", 1)[0] for r in trace.requests}
@@ -103,7 +103,7 @@ def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):
 def test_as_served_is_the_workload_a_bench_run_sends():
     """The replay of a bench's workload sees the prompts the bench sends (segments scaled as its tokens are
     made), the outputs as capped, and no generated output to reuse (the model writes its own)."""
-    from agentcache.bench import TokenMaker, as_served
+    from agentcache.bench.workload import TokenMaker, as_served
     from agentcache.trace import End
 
     trace = generate("chat", GenConfig(workflows=3, seed=1))
@@ -141,7 +141,8 @@ def test_a_refused_warm_up_says_why_the_server_refused_it():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from agentcache.bench import BenchError, warm_up
+    from agentcache.bench.runner import warm_up
+    from agentcache.bench.workload import BenchError
 
     reason = {"error": {"message": "Input length (600 tokens) exceeds the maximum allowed length (44 tokens)."}}
 
@@ -169,7 +170,8 @@ def test_a_refused_warm_up_says_why_the_server_refused_it():
 def test_the_demo_sets_ours_against_lru_and_the_best_of_sglangs_other_strategies():
     """What a user has with one flag (--radix-eviction-policy lfu or slru), not only SGLang's default: on the
     demo's small workload lfu can match pbkv, and the demo must say so."""
-    from agentcache.bench import Run, Sent
+    from agentcache.bench.runs import Run
+    from agentcache.bench.workload import Sent
     from agentcache.demo import DemoOptions, ratio_lines
 
     def run(policy, repetition, cached, latency):

@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentcache.bench import BenchError, BenchOptions, measure, vocab_size_of
+from agentcache.bench.runner import BenchOptions, measure, vocab_size_of
+from agentcache.bench.workload import BenchError
 from agentcache.compiled import PURE_ENV
 from agentcache.policy.spec import PolicySpec
 from agentcache.server_ext.cluster import free_port

@@ -1,0 +1,69 @@
+"""A bench's runs in words and a plot: medians with their range, and ours against SGLang's strategies."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from agentcache.bench.runner import runs_on_plain_sglang
+from agentcache.bench.runs import Run, paired_ratios
+from agentcache.policy import PolicySpec
+
+
+def median_range(values: Sequence[float], fmt: str, unit: str = "") -> str:
+    """`median [min-max]` of repeated measurements, each number in format `fmt`, `unit` after the median."""
+    return f"{statistics.median(values):{fmt}}{unit} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def plot(runs: Sequence[Run], path: str, title: str) -> None:
+    """Distributions of time to first token and request latency per policy, over all its repetitions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, metric, label in ((axes[0], "ttft_s", "time to first token (s)"), (axes[1], "latency_s", "latency (s)")):
+        data = [[getattr(s, metric) for r in runs if r.policy == p for s in r.sent] for p in policies]
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(policies) + 1), policies)
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
+    """The best by median hit rate of the SGLang strategies that ran (on plain SGLang), `besides` aside; the first
+    listed on a tie; None where none ran."""
+    policies = dict.fromkeys(r.policy for r in runs)
+    others = [p for p in policies if p not in besides and runs_on_plain_sglang(PolicySpec.parse(p))]
+    if not others:
+        return None
+    return max(others, key=lambda p: statistics.median(r.hit_rate for r in runs if r.policy == p))
+
+
+def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
+    """Plain sentences: `ours` against lru and against the best of SGLang's other strategies, per repetition."""
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    if ours not in policies:
+        return []
+    builtins = [p for p in policies if p != ours and runs_on_plain_sglang(PolicySpec.parse(p))]
+    lines = []
+    for base in builtins:
+        tokens = paired_ratios(runs, ours, base, "computed_prompt_tokens")
+        ttft = paired_ratios(runs, ours, base, "ttft_s")
+        makespan = paired_ratios(runs, ours, base, "makespan_s")
+        fewer = sum(t < 1.0 for t in tokens)
+        lines.append(
+            f"{ours} vs {base}: computed {statistics.median(tokens):.2f}x the prompt tokens (fewer in {fewer} of "
+            f"{len(tokens)} repetitions); time to first token {median_range(ttft, '.2f', 'x')}, completion time "
+            f"{median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
+        )
+    best = best_sglang_strategy(runs, besides=("lru", ours))
+    if best is not None:
+        lines.append(f"best of SGLang's other strategies by hit rate: {best}")
+    return lines

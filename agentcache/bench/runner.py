@@ -1,0 +1,186 @@
+"""A bench's runs, measured fairly: every (repetition, policy) on a fresh, warmed-up server, in alternating order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentcache.bench.runs import Run, run_order
+from agentcache.bench.workload import BenchError, Sent, TokenMaker, Workload, as_served
+from agentcache.policy import PolicySpec
+from agentcache.policy.spec import SGLANG_STRATEGIES
+from agentcache.trace import Trace
+
+DEFAULT_POLICIES = "lru,lfu,slru,pbkv"
+# On CPU the engine runs one torch thread: with one per core, a run's timing hinged on whether any other
+# process held a core (a spinning thread waiting for a descheduled one made single runs up to 15x slower).
+ENGINE_CPU_THREADS = 1
+CAPACITY_FACTOR = 10  # default KV capacity: this many mean prompts (with requests in flight holding theirs, tight)
+
+
+@dataclass
+class BenchOptions:
+    policies: tuple[PolicySpec, ...] = ()
+    repeat: int = 3
+    capacity: int | None = None  # KV tokens; None: CAPACITY_FACTOR mean prompts of the workload
+    model_path: str | None = None
+    model_size: str = "small"
+    cpu: bool | None = None
+    port: int = 30300
+    log_dir: str | None = None
+    warmup_requests: int = 3
+    extra_args: list[str] = field(default_factory=list)
+
+
+def runs_on_plain_sglang(spec: PolicySpec) -> bool:
+    """SGLang's own strategies (lru included) run on a server without the plugin, as a user would run them."""
+    return spec.name in SGLANG_STRATEGIES and (spec.builtin or spec.name == "lru")
+
+
+def serve_options(spec: PolicySpec, opts: BenchOptions, capacity: int, run_name: str) -> Any:
+    from agentcache.server_ext.launcher import ServeOptions
+
+    plain = runs_on_plain_sglang(spec)
+    return ServeOptions(
+        model_path=opts.model_path,
+        model_size=opts.model_size,
+        policy=spec.text,
+        plugin=not plain,
+        cpu=opts.cpu,
+        port=opts.port,
+        max_total_tokens=capacity,
+        extra_args=[*(["--radix-eviction-policy", spec.name] if plain else []), *opts.extra_args],
+        log_path=f"{opts.log_dir}/{run_name}.log" if opts.log_dir else None,
+        cpu_threads=ENGINE_CPU_THREADS,
+    )
+
+
+def warm_up(base_url: str, headers: dict[str, str], vocab_size: int, prompt_tokens: int, n: int) -> None:
+    """Requests that share nothing with the workload, so the first measured request does not pay for the
+    engine's first calls; then the cache is emptied, as every run starts with an empty cache."""
+    rng = random.Random("warm-up")
+    with httpx.Client(base_url=base_url, headers=headers, timeout=600) as client:
+        for _ in range(n):
+            ids = [rng.randrange(10, max(11, vocab_size - 10)) for _ in range(max(1, prompt_tokens))]
+            answer = client.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 2}})
+            if answer.is_error:  # the server says why (a prompt beyond the KV capacity, say): pass it on
+                raise BenchError(
+                    f"the server refused a warm-up request of {len(ids):,} tokens (HTTP {answer.status_code}):"
+                    f" {answer.text.strip()[:500]}"
+                )
+        client.post("/flush_cache").raise_for_status()
+
+
+WorkloadRunner = Callable[[str, dict[str, str], PolicySpec], tuple[list[Sent], float]]
+
+
+def measure(
+    opts: BenchOptions,
+    run_workload: WorkloadRunner,
+    *,
+    capacity: int,
+    vocab_size: int,
+    warmup_tokens: int,
+    stage: Callable[[str], None] = lambda _: None,
+) -> list[Run]:
+    """Every (repetition, policy) on a fresh, warmed-up server, in alternating order.
+
+    `run_workload(base_url, headers, spec)` sends the workload and returns every answer and the
+    completion time; `stage` hears what is happening, for a progress display.
+    """
+    from agentcache.server_ext.launcher import Server, ServerError
+
+    specs = {s.text: s for s in opts.policies}
+    runs = []
+    for repetition, policy in run_order(list(specs), opts.repeat):
+        spec = specs[policy]
+        name = f"{policy.replace('/', '_')}-{repetition + 1}"
+        where = f"{policy} (repetition {repetition + 1} of {opts.repeat})"
+        stage(f"{where}: starting {'SGLang' if runs_on_plain_sglang(spec) else 'SGLang with agentcache'}")
+        options = serve_options(spec, opts, capacity, name)
+        try:
+            with Server(options) as server:
+                headers = server.auth_headers()
+                stage(f"{where}: warming up")
+                warm_up(server.base_url, headers, vocab_size, warmup_tokens, opts.warmup_requests)
+                stage(f"{where}: running")
+                sent, makespan = run_workload(server.base_url, headers, spec)
+                stats = {} if runs_on_plain_sglang(spec) else server_stats(server.base_url, headers)
+        except (ServerError, httpx.HTTPError, BenchError) as exc:
+            raise BenchError(f"{where}: {exc}") from exc
+        if stats.get("policy_faults"):  # a policy that raised is no measure of the policy
+            log = f" (log: {options.log_path})" if options.log_path else ""
+            raise BenchError(
+                f"{where}: the policy raised during the run (in {', '.join(stats['policy_faults'])}); the server"
+                f" ran it as {stats['policy']!r}{log}"
+            )
+        runs.append(Run(policy, repetition, sent, makespan))
+    return runs
+
+
+def server_stats(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
+    r = httpx.get(f"{base_url}/agentcache/v1/stats", headers=headers, timeout=60)
+    r.raise_for_status()
+    return r.json()
+
+
+def model_config(model_path: str) -> dict[str, Any]:
+    return json.loads((Path(model_path) / "config.json").read_text())
+
+
+def vocab_size_of(model_path: str) -> int:
+    return int(model_config(model_path)["vocab_size"])
+
+
+def check_servable(served: Trace, limit: int, token_scale: float) -> None:
+    """Refuse, before any server starts, a request that no server of this bench can hold (prompt and output
+    within the KV capacity and the model's context): it would only be refused, or its tokens not fit in memory."""
+    for index, request in enumerate(served.requests):
+        tokens = request.prompt_tokens + request.output
+        if tokens > limit:
+            raise BenchError(
+                f"request {index} (workflow {request.workflow!r}) needs {tokens:,} tokens at --token-scale"
+                f" {token_scale:g} (prompt and output), more than the {limit:,} a server here holds (the KV capacity"
+                " and the model's context)"
+            )
+
+
+def bench_trace(
+    trace: Trace,
+    opts: BenchOptions,
+    *,
+    token_scale: float,
+    time_scale: float,
+    max_new_tokens: int,
+    stage: Callable[[str], None] = lambda _: None,
+    answered: Callable[[], None] | None = None,
+) -> tuple[list[Run], int]:
+    """The trace driven once per (policy, repetition); the runs, and the KV capacity they had.
+
+    `stage` hears what is happening and `answered` each answer, for a progress display.
+    """
+    from agentcache.server_ext.launcher import ensure_model
+
+    model = ensure_model(opts.model_path, opts.model_size)
+    opts.model_path = model
+    config = model_config(model)
+    served = as_served(trace, token_scale, max_new_tokens)
+    mean_prompt = sum(r.prompt_tokens for r in served.requests) / len(served.requests)
+    capacity = opts.capacity or int(CAPACITY_FACTOR * mean_prompt)
+    check_servable(served, min(capacity, int(config["max_position_embeddings"])), token_scale)
+    vocab = int(config["vocab_size"])
+    workload = Workload(trace, TokenMaker(vocab, token_scale), time_scale, max_new_tokens)
+
+    def run_workload(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
+        send_ends = not runs_on_plain_sglang(spec)
+        return asyncio.run(workload.drive(base_url, headers, send_ends=send_ends, on_answer=answered))
+
+    runs = measure(opts, run_workload, capacity=capacity, vocab_size=vocab, warmup_tokens=int(mean_prompt), stage=stage)
+    return runs, capacity

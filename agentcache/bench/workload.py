@@ -1,0 +1,171 @@
+"""A live bench's workload: a trace turned into streamed `/generate` requests with token ids, sent at its times."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from agentcache.trace import End, Request, Trace
+
+# The default workload: a group chat (agents take turns on a shared, growing conversation), small enough to
+# run in minutes on 2 cores, sent fast enough that requests overlap and the cache is contended.
+BENCH_FAMILY, BENCH_WORKFLOWS, BENCH_SEED = "group-chat", 16, 7
+TOKEN_SCALE = 0.35  # default scale of segment sizes: CPU prefill is slow
+MAX_NEW_TOKENS = 4  # default cap on tokens generated per request
+TIME_SCALE = 0.1  # default scale of the trace's send times
+
+
+class BenchError(RuntimeError):
+    """A bench that cannot run (a server that does not start, a workload that fails): says what and where."""
+
+
+class TokenMaker:
+    """Deterministic token ids per content id, scaled in length, inside the model's vocabulary."""
+
+    def __init__(self, vocab_size: int, scale: float):
+        self.low, self.high = 10, max(11, vocab_size - 10)
+        self.scale = scale
+        self._cache: dict[str, list[int]] = {}
+
+    def segment(self, content_id: str, tokens: int) -> list[int]:
+        ids = self._cache.get(content_id)
+        if ids is None:
+            rng = random.Random(content_id)
+            n = scaled_tokens(tokens, self.scale)
+            ids = self._cache[content_id] = [rng.randrange(self.low, self.high) for _ in range(n)]
+        return ids
+
+    def prompt(self, request: Request) -> tuple[list[int], int]:
+        """(token ids, fixed-prompt boundary in tokens)."""
+        ids: list[int] = []
+        fixed = 0
+        for i, seg in enumerate(request.segments):
+            ids += self.segment(seg.content_id, seg.tokens)
+            if i + 1 == request.fixed:
+                fixed = len(ids)
+        return ids, fixed
+
+
+def scaled_tokens(tokens: int, scale: float) -> int:
+    return max(1, round(tokens * scale))
+
+
+def capped_output(output: int, max_new_tokens: int) -> int:
+    return max(1, min(output, max_new_tokens))
+
+
+def as_served(trace: Trace, token_scale: float = TOKEN_SCALE, max_new_tokens: int = MAX_NEW_TOKENS) -> Trace:
+    """The trace as a bench run's server sees it, for a replay of exactly that workload: segments scaled as
+    TokenMaker scales them, outputs capped as the requests cap them, and no output reused (the model's own
+    output replaces the trace's, so a later prompt that re-sends the trace's output computes it afresh)."""
+    events: list[Request | End] = []
+    for e in trace.events:
+        if isinstance(e, Request):
+            segments = tuple(s._replace(tokens=scaled_tokens(s.tokens, token_scale)) for s in e.segments)
+            e = replace(e, segments=segments, output=capped_output(e.output, max_new_tokens), output_id=None)
+        events.append(e)
+    return Trace(trace.meta, events)
+
+
+def first_workflows(trace: Trace, workflows: int | None) -> Trace:
+    """The trace cut to its first `workflows` workflows (all of them when None)."""
+    if workflows is None:
+        return trace
+    keep: dict[str, None] = {}
+    for e in trace.events:
+        if isinstance(e, Request) and e.workflow not in keep:
+            if len(keep) == workflows:
+                continue
+            keep[e.workflow] = None
+    return Trace(trace.meta, [e for e in trace.events if e.workflow in keep])
+
+
+@dataclass
+class Sent:
+    ttft_s: float
+    latency_s: float
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass
+class Workload:
+    """A trace turned into requests: per workflow, its events with their prompts."""
+
+    trace: Trace
+    tokens: TokenMaker
+    time_scale: float
+    max_new_tokens: int
+
+    @property
+    def requests(self) -> int:
+        return len(self.trace.requests)
+
+    async def drive(
+        self, base_url: str, headers: dict[str, str], *, send_ends: bool, on_answer: Callable[[], None] | None = None
+    ) -> tuple[list[Sent], float]:
+        """Send the whole workload; every answer, and the completion time (first request to last answer)."""
+        by_workflow: dict[str, list[Any]] = {}
+        for e in self.trace.events:
+            by_workflow.setdefault(e.workflow, []).append(e)
+        sent: list[Sent] = []
+        start = time.monotonic()
+        last_answer = start
+
+        async def run(client: httpx.AsyncClient, events: list[Any]) -> None:
+            nonlocal last_answer
+            for e in events:
+                delay = e.ts * self.time_scale - (time.monotonic() - start)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if isinstance(e, End):
+                    if send_ends:
+                        r = await client.post(f"{base_url}/agentcache/v1/workflows/{e.workflow}/end")
+                        r.raise_for_status()
+                    continue
+                ids, fixed = self.tokens.prompt(e)
+                tags = {"v": 1, "workflow": e.workflow, "agent": e.agent, "agent_name": e.agent, "fixed_tokens": fixed}
+                params = {
+                    "max_new_tokens": capped_output(e.output, self.max_new_tokens),
+                    "temperature": 0,
+                    "custom_params": {"agentcache": tags},
+                }
+                sent.append(await generate(client, base_url, {"input_ids": ids, "sampling_params": params}))
+                last_answer = max(last_answer, time.monotonic())
+                if on_answer is not None:
+                    on_answer()
+
+        async with httpx.AsyncClient(timeout=900, headers=headers) as client:
+            await asyncio.gather(*(run(client, events) for events in by_workflow.values()))
+        return sent, last_answer - start
+
+
+async def generate(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> Sent:
+    """One streamed /generate: time to the first token, latency, and the server's own token counts."""
+    started = time.perf_counter()
+    first: float | None = None
+    meta: dict[str, Any] = {}
+    async with client.stream("POST", f"{base_url}/generate", json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            raise BenchError(f"{base_url}/generate answered {r.status_code}: {(await r.aread())[:300]!r}")
+        async for line in r.aiter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            meta = chunk.get("meta_info") or meta
+            if first is None and (chunk.get("output_ids") or meta.get("completion_tokens", 0) > 0):
+                first = time.perf_counter()
+    done = time.perf_counter()
+    return Sent(
+        ttft_s=(first or done) - started,
+        latency_s=done - started,
+        prompt_tokens=int(meta.get("prompt_tokens", 0)),
+        cached_tokens=int(meta.get("cached_tokens", 0)),
+    )
