@@ -7,34 +7,35 @@
     @ac.workflow
     def solve(task): ...            # every LLM request inside is tagged; leaving ends the workflow
 
-Importing the package installs the request hooks (openai SDK and httpx) and
-carries the workflow into thread pools; both only act inside a workflow, and
-the hooks only touch requests to the configured server. Behind `agentcache
+Importing the package installs the request hooks (openai SDK and httpx, as
+the app imports them: agentcache_sdk itself imports neither) and carries the
+workflow into thread pools; both only act inside a workflow, and the hooks
+only touch requests to the configured server. Behind `agentcache
 serve --workers N` each request goes to the worker the workflow-aware routing
 chooses (``configure(routing="workflow-affinity")`` keeps whole workflows on
 one worker instead); `routing_stats()` says what it did.
 """
 
+from agentcache_sdk._answers import usage
 from agentcache_sdk._config import Settings, configure, settings
-from agentcache_sdk._hooks import install as _install
-from agentcache_sdk._hooks import usage
+from agentcache_sdk._counters import counters
+from agentcache_sdk._end_events import flush
+from agentcache_sdk._hooks import install as _install_hooks
 from agentcache_sdk._record import Recorder, record
 from agentcache_sdk._routing import routing_stats
+from agentcache_sdk._thread_pools import carry_into_thread_pools as _carry_into_thread_pools
 from agentcache_sdk._workflow import (
     WorkflowContext,
     add_agent_name_provider,
     agent_name,
-    counters,
     current_agent_name,
     current_workflow,
     end_workflow,
-    flush,
     stats,
     workflow,
 )
-from agentcache_sdk._workflow import carry_into_thread_pools as _carry_into_thread_pools
 
-_install()
+_install_hooks()
 _carry_into_thread_pools()
 
 __all__ = [

@@ -27,7 +27,7 @@ from typing import Any
 
 from agentcache.tags import Tags
 from agentcache.trace import End, Meta, Request, Segment, TraceWriter
-from agentcache_sdk import _hooks, _workflow
+from agentcache_sdk import _answers, _workflow
 
 CHARS_PER_TOKEN = 4
 
@@ -104,11 +104,11 @@ class record:  # noqa: N801 - a context manager, spelled like a function
         self.recorder = Recorder(path, name)
 
     def __enter__(self) -> Recorder:
-        _hooks.observers.append(self.recorder.on_request)
+        _answers.observers.append(self.recorder.on_request)
         _workflow.end_observers.append(self.recorder.on_end)
         return self.recorder
 
     def __exit__(self, *exc: object) -> None:
-        _hooks.observers.remove(self.recorder.on_request)
+        _answers.observers.remove(self.recorder.on_request)
         _workflow.end_observers.remove(self.recorder.on_end)
         self.recorder.close()

@@ -18,7 +18,7 @@ server call beyond the cached worker listing.
 
 With ``routing="workflow-affinity"``, or against a plain server, the key is
 the workflow id, as before. End events go to every worker the router lists
-(agentcache_sdk._workflow), which covers each one that served the workflow.
+(agentcache_sdk._end_events), which covers each one that served the workflow.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 
 from agentcache.routing import Placement, WorkflowAwareRouting, slot_key
 from agentcache.tags import Tags
-from agentcache_sdk._workers import cluster_size
 from agentcache_sdk._config import settings
+from agentcache_sdk._workers import cluster_size
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 CALIBRATION_WEIGHT = 0.1  # of each answer, in the running characters-per-token estimate

@@ -14,20 +14,27 @@ background; a lookup that failed (the server down, hung or answering 5xx) is
 asked again only FAILED_RETRY_S later, in the background: meanwhile requests
 go keyed by their workflow, neither waiting for it nor doubling the load on a
 server in trouble.
+
+httpx is imported where a lookup is made, not with the SDK: the SDK looks up
+workers only for requests and end events that went through httpx.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-
-import httpx
+from typing import TYPE_CHECKING
 
 from agentcache.router_workers import parse_router_workers
 
+if TYPE_CHECKING:
+    import httpx
+
+Timeout = float | tuple[float, float, float, float]  # httpx's: seconds, or (connect, read, write, pool)
+
 TARGETS_TTL_S = 30.0
-LOOKUP_TIMEOUT = httpx.Timeout(5.0, connect=1.0)  # a server that does not accept at once is unreachable
-REQUEST_LOOKUP_TIMEOUT = httpx.Timeout(1.0)  # the one lookup a request waits for (in an async app, its event loop)
+LOOKUP_TIMEOUT: Timeout = (1.0, 5.0, 5.0, 5.0)  # a server that does not accept at once is unreachable
+REQUEST_LOOKUP_TIMEOUT: Timeout = 1.0  # the one lookup a request waits for (in an async app, its event loop)
 FAILED_RETRY_S = 5.0
 
 # base URL -> (looked up at, end targets, workers behind it: None for a plain server)
@@ -38,7 +45,7 @@ _lock = threading.Lock()
 
 
 def _lookup(
-    client: httpx.Client, base_url: str, headers: dict[str, str], timeout: httpx.Timeout = LOOKUP_TIMEOUT
+    client: httpx.Client, base_url: str, headers: dict[str, str], timeout: Timeout = LOOKUP_TIMEOUT
 ) -> tuple[list[str], int | None] | None:
     """(end targets, workers or None) for `base_url`, cached; None when it cannot be told now (not cached, and
     the failure noted)."""
@@ -53,8 +60,10 @@ def _lookup(
 
 
 def _ask(
-    client: httpx.Client, base_url: str, headers: dict[str, str], timeout: httpx.Timeout
+    client: httpx.Client, base_url: str, headers: dict[str, str], timeout: Timeout
 ) -> tuple[list[str], int | None] | None:
+    import httpx
+
     try:
         r = client.get(f"{base_url}/workers", headers=headers, timeout=timeout)
     except httpx.HTTPError:
@@ -99,6 +108,8 @@ def cluster_size(base_url: str, headers: dict[str, str]) -> int | None:
         if refresh:
             _refreshing.add(base_url)
     if first:
+        import httpx
+
         with httpx.Client() as client:
             answer = _lookup(client, base_url, headers, REQUEST_LOOKUP_TIMEOUT)
         return answer[1] if answer is not None else None
@@ -108,6 +119,8 @@ def cluster_size(base_url: str, headers: dict[str, str]) -> int | None:
 
 
 def _refresh(base_url: str, headers: dict[str, str]) -> None:
+    import httpx
+
     try:
         with httpx.Client() as client:
             _lookup(client, base_url, headers)

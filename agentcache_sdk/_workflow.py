@@ -10,59 +10,34 @@ after `end_workflow()` in the same call opens the call's next workflow
 (`<id>.2`, `<id>.3`, ...), never the ended one, and leaving the call ends that
 one too; a request made after the call returned (by a task or thread it left
 running) is not tagged. A workflow that made no tagged request sends no end:
-the server never saw it.
-
-An unreachable server never breaks the app or holds up its exit: end events
-go out from a background thread with a few retries; a server that refuses the
-connection, does not accept it within CONNECT_TIMEOUT_S, or does not answer
-within `end_timeout_s`, gets no retries, and further ends to it are dropped
-for UNREACHABLE_COOLDOWN_S instead of queued (a circuit breaker: one hung
-worker behind a router must not hold up the ends to the others); at most
-MAX_PENDING_ENDS wait to be sent; at exit the SDK waits at most
-`exit_timeout_s` for pending ends. Failures are warned about once, counted
-(`stats()`), and otherwise ignored: a server ends a workflow whose end was
-lost when its lease runs out.
+the server never saw it. The end events go out in the background
+(agentcache_sdk._end_events).
 """
 
 from __future__ import annotations
 
-import atexit
-import concurrent.futures
 import contextvars
 import functools
 import inspect
-import logging
-import queue
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import quote
-
-import httpx
 
 from agentcache.tags import MAX_ID_CHARS, check_id
-from agentcache_sdk._workers import end_targets
-from agentcache_sdk._config import settings
-
-logger = logging.getLogger("agentcache_sdk")
+from agentcache_sdk._counters import count, counted, logger, notify
+from agentcache_sdk._end_events import headers, sender
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar("agentcache_workflow", default=None)
-_agent_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentcache_agent_name", default=None)
+workflow_var: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
+    "agentcache_workflow", default=None
+)
+agent_name_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentcache_agent_name", default=None)
 
-END_ATTEMPTS = 3
-CONNECT_TIMEOUT_S = 1.0  # a live server accepts at once; a dead one must not cost end_timeout_s per attempt
-UNREACHABLE_COOLDOWN_S = 10.0  # short: a server back from a restart gets ends again soon
-MAX_PENDING_ENDS = 10_000  # a server that answers slowly must not grow the queue with every workflow the app runs
-counters: Counter[str] = Counter()
 end_observers: list[Callable[[str], None]] = []  # called with a workflow id when it ends (the recorder)
-_warned: set[str] = set()
-_lock = threading.Lock()
 
 
 @dataclass
@@ -104,7 +79,7 @@ class WorkflowContext:
                 suffix = f".{self._started}"  # the first id cut where it must be, to stay a valid id
                 self.id = self._first_id[: MAX_ID_CHARS - len(suffix)] + suffix
                 self.ended, self.requests, self.agents = False, 0, Counter()
-                _count("workflows")
+                count("workflows")
             self.requests += 1
             self.agents[agent] += 1
             return self.id
@@ -121,13 +96,13 @@ class WorkflowContext:
 
 def current_workflow() -> WorkflowContext | None:
     """The workflow the caller runs in, or None outside any."""
-    return _current.get()
+    return workflow_var.get()
 
 
 def current_agent_name() -> str | None:
     """The framework's name for the agent now calling the LLM, when an integration knows it (a name that is not
     a non-empty string, `agent_name(7)` or a provider's slip, counts as none: it must not break the request)."""
-    name = _agent_name.get()
+    name = agent_name_var.get()
     if isinstance(name, str) and name:
         return name
     for provider in _name_providers:
@@ -166,154 +141,12 @@ class agent_name:  # noqa: N801 - used like a function: `with agent_name("coder"
         self._token: contextvars.Token | None = None
 
     def __enter__(self) -> agent_name:
-        self._token = _agent_name.set(self.name)
+        self._token = agent_name_var.set(self.name)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
-            _agent_name.reset(self._token)
-
-
-def _count(key: str, n: int = 1) -> None:
-    with _lock:
-        counters[key] += n
-
-
-def _warn_once(key: str, message: str) -> None:
-    with _lock:
-        counters[key] += 1
-        if key in _warned:
-            return
-        _warned.add(key)
-    logger.warning("%s (further occurrences are only counted)", message)
-
-
-def _end_url(base_url: str, workflow_id: str) -> str:
-    return f"{base_url}/agentcache/v1/workflows/{quote(workflow_id, safe='')}/end"
-
-
-def _headers(authorization: str | None = None) -> dict[str, str]:
-    if authorization:
-        return {"Authorization": authorization}
-    return {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-
-
-class _EndSender:
-    """Sends end events from a background thread, so leaving a workflow never waits on the server.
-
-    A target that refuses the connection, does not accept it in time or does not answer in time is
-    unreachable: the end to it is not retried, and for UNREACHABLE_COOLDOWN_S further ends to it are
-    dropped rather than queued behind attempts that cannot succeed. The first end after the cool-down
-    tries again.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, dict[str, str]]] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._unreachable_until: dict[str, float] = {}
-
-    def submit(self, workflow_id: str, headers: dict[str, str]) -> None:
-        if self._unreachable(settings.base_url):
-            _count("dropped_ends")
-            return
-        if self._queue.unfinished_tasks >= MAX_PENDING_ENDS:
-            _count("dropped_ends")
-            _warn_once(
-                "end_backlog",
-                f"agentcache: {MAX_PENDING_ENDS} workflow end events wait to be sent (the server answers slowly);"
-                " further ones are dropped, counted in agentcache_sdk.stats()['dropped_ends']",
-            )
-            return
-        with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="agentcache-end-events", daemon=True)
-                self._thread.start()
-        self._queue.put((workflow_id, headers))
-
-    def pending(self) -> int:
-        return self._queue.unfinished_tasks
-
-    def _unreachable(self, base_url: str) -> bool:
-        return time.monotonic() < self._unreachable_until.get(base_url, 0.0)
-
-    def _run(self) -> None:
-        with httpx.Client() as client:
-            while True:
-                workflow_id, headers = self._queue.get()
-                try:
-                    self._post(client, workflow_id, headers)
-                finally:
-                    self._queue.task_done()
-
-    def _post(self, client: httpx.Client, workflow_id: str, headers: dict[str, str]) -> None:
-        """Send the end to the server, or behind sglang-router to every worker (the router has no such route)."""
-        if self._unreachable(settings.base_url):  # found unreachable while this end waited
-            _count("dropped_ends")
-            return
-        targets = end_targets(client, settings.base_url, headers)
-        pending = [base_url for base_url in targets if not self._unreachable(base_url)]
-        dropped = len(pending) < len(targets)
-        timeout = httpx.Timeout(settings.end_timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.end_timeout_s))
-        for attempt in range(END_ATTEMPTS):
-            failed = []
-            for base_url in pending:
-                try:
-                    r = client.post(_end_url(base_url, workflow_id), headers=headers, timeout=timeout)
-                    r.raise_for_status()
-                except (httpx.ConnectError, httpx.TimeoutException) as exc:
-                    self._trip(base_url, exc)
-                    dropped = True
-                except httpx.HTTPError as exc:
-                    error = exc
-                    failed.append(base_url)
-            pending = failed
-            if not pending or attempt + 1 == END_ATTEMPTS:
-                break
-            time.sleep(0.5 * (attempt + 1))
-        if pending:
-            _warn_once(
-                "end_failures",
-                f"agentcache: could not send the end of workflow {workflow_id} to {', '.join(pending)}: {error!r}",
-            )
-        else:
-            _count("dropped_ends" if dropped else "ended")
-
-    def _trip(self, base_url: str, error: httpx.HTTPError) -> None:
-        self._unreachable_until[base_url] = time.monotonic() + UNREACHABLE_COOLDOWN_S
-        _warn_once(
-            "unreachable",
-            f"agentcache: {base_url} is unreachable ({error!r}); end events to it are dropped for "
-            f"{UNREACHABLE_COOLDOWN_S:g} s at a time, counted in agentcache_sdk.stats()['dropped_ends']",
-        )
-
-    def flush(self, timeout_s: float) -> bool:
-        """Wait until every submitted end event was sent or given up; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
-
-_sender = _EndSender()
-
-
-def _wait_at_exit() -> None:
-    """Give pending end events at most `exit_timeout_s`, so that an unreachable server never holds up the exit."""
-    if not _sender.flush(settings.exit_timeout_s):
-        _count("dropped_ends", _sender.pending())
-    if counters["dropped_ends"]:
-        logger.warning(
-            "agentcache: %d workflow end events were dropped (the server was unreachable, or did not answer within "
-            "the %g s exit wait); the server ends those workflows when their leases run out",
-            counters["dropped_ends"],
-            settings.exit_timeout_s,
-        )
-
-
-atexit.register(_wait_at_exit)
+            agent_name_var.reset(self._token)
 
 
 def _end(ctx: WorkflowContext, returned: bool) -> None:
@@ -322,25 +155,11 @@ def _end(ctx: WorkflowContext, returned: bool) -> None:
         return
     workflow_id, requests = closed
     if not requests:
-        _count("empty_workflows")  # the server never saw it: nothing to end there
+        count("empty_workflows")  # the server never saw it: nothing to end there
         return
     for observer in list(end_observers):
         notify(observer, workflow_id)
-    _sender.submit(workflow_id, _headers(ctx.authorization))
-
-
-def notify(observer: Callable[..., object], *args: Any) -> None:
-    """Hand an event to an observer (the recorder): one that fails (a full disk) must not fail the app's request
-    or its workflow; counted, and said once."""
-    try:
-        observer(*args)
-    except Exception as exc:
-        logger.debug("agentcache: an observer failed", exc_info=True)
-        _warn_once(
-            "observer_failures",
-            f"agentcache: an observer of the SDK's traffic (the trace recorder) failed ({exc!r}); the app went on,"
-            " the event is missing from what it records; counted in agentcache_sdk.stats()['observer_failures']",
-        )
+    sender.submit(workflow_id, headers(ctx.authorization))
 
 
 STAT_KEYS = (
@@ -365,13 +184,7 @@ def stats() -> dict[str, int]:
     tagging_failures: requests sent untagged because tagging them failed (a bug); observer_failures: events an
     observer (the trace recorder) failed to take; pending_ends: end events not sent yet.
     """
-    with _lock:
-        return {**dict.fromkeys(STAT_KEYS, 0), **counters, "pending_ends": _sender.pending()}
-
-
-def flush(timeout_s: float = 10.0) -> bool:
-    """Wait for pending end events to reach the server (they are sent in the background)."""
-    return _sender.flush(timeout_s)
+    return {**dict.fromkeys(STAT_KEYS, 0), **counted(), "pending_ends": sender.pending()}
 
 
 def end_workflow() -> bool:
@@ -379,7 +192,7 @@ def end_workflow() -> bool:
 
     A request made after this in the same decorated call starts the call's next workflow (`<id>.2`).
     """
-    ctx = _current.get()
+    ctx = workflow_var.get()
     if ctx is None:
         return False
     _end(ctx, returned=False)
@@ -441,7 +254,7 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
     # -- scopes
 
     def _open(self) -> WorkflowContext:
-        outer = _current.get()
+        outer = workflow_var.get()
         if outer is not None and not outer._returned:
             self._scopes.append((None, outer))
             return outer
@@ -453,8 +266,8 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
         random_part = uuid.uuid4().hex[:16]
         prefix = f"{self.name[: MAX_ID_CHARS - len(random_part) - 1]}-" if self.name else "wf-"
         ctx = WorkflowContext(self.workflow_id or prefix + random_part, self.name)
-        self._scopes.append((_current.set(ctx), ctx))
-        _count("workflows")
+        self._scopes.append((workflow_var.set(ctx), ctx))
+        count("workflows")
         return ctx
 
     def __enter__(self) -> WorkflowContext:
@@ -463,7 +276,7 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
     def __exit__(self, *exc: object) -> None:
         token, ctx = self._scopes.pop()
         if token is not None:
-            _current.reset(token)
+            workflow_var.reset(token)
             _end(ctx, returned=True)
 
     async def __aenter__(self) -> WorkflowContext:
@@ -472,48 +285,5 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
     async def __aexit__(self, *exc: object) -> None:
         token, ctx = self._scopes.pop()
         if token is not None:
-            _current.reset(token)
+            workflow_var.reset(token)
             _end(ctx, returned=True)
-
-
-# ---------------------------------------------------------------- thread pools
-
-# Python 3.14's InterpreterPoolExecutor is a ThreadPoolExecutor whose tasks run in another interpreter,
-# where a closure over this one's objects cannot go.
-_INTERPRETER_POOL = getattr(concurrent.futures, "InterpreterPoolExecutor", ())
-
-
-def carry_into_thread_pools() -> None:
-    """Run work submitted to a thread pool from inside a workflow in that workflow, under the same agent name.
-
-    Executor threads do not inherit context variables. As OpenTelemetry's threading instrumentation
-    does for its context, this wraps `ThreadPoolExecutor.submit` (which `map`, `loop.run_in_executor`
-    and `asyncio.to_thread` go through), carrying only the SDK's own variables and only inside a
-    workflow. Idempotent (done when agentcache_sdk is imported).
-    """
-    submit = concurrent.futures.ThreadPoolExecutor.submit
-    if getattr(submit, "carries_agentcache_workflow", False):
-        return
-
-    @functools.wraps(submit)
-    def submit_in_workflow(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        ctx = _current.get()
-        if ctx is not None and not isinstance(self, _INTERPRETER_POOL):
-            fn = _in_workflow(fn, ctx, _agent_name.get())
-        return submit(self, fn, *args, **kwargs)
-
-    submit_in_workflow.carries_agentcache_workflow = True  # type: ignore[attr-defined]
-    concurrent.futures.ThreadPoolExecutor.submit = submit_in_workflow  # type: ignore[method-assign]
-
-
-def _in_workflow(fn: Callable[..., Any], ctx: WorkflowContext, name: str | None) -> Callable[..., Any]:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        # Set and reset in the worker thread's own context: the thread serves other work after this task.
-        workflow_token, name_token = _current.set(ctx), _agent_name.set(name)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _agent_name.reset(name_token)
-            _current.reset(workflow_token)
-
-    return run

@@ -23,7 +23,7 @@ import agentcache_sdk as ac
 from agentcache.server_ext.cluster import free_port
 from agentcache.tags import agent_of
 from agentcache.trace import read_trace
-from agentcache_sdk import _config, _workflow
+from agentcache_sdk import _config, _counters, _end_events, _workflow
 
 
 class Recording(ThreadingHTTPServer):
@@ -252,12 +252,12 @@ def test_an_agent_name_that_is_not_text_is_no_name_not_a_failed_request(fake):
 def test_a_fault_in_tagging_sends_the_request_as_the_app_wrote_it_and_is_counted(fake, monkeypatch):
     """Whatever goes wrong inside the SDK's tagging, the app's request goes out untouched (a bug of ours once
     raised inside the app's call, for non-ASCII workflow ids); the failure is counted and said once."""
-    from agentcache_sdk import _hooks
+    from agentcache_sdk import _tagging
 
     def broken(path, body):
         raise RuntimeError("a bug in tagging")
 
-    monkeypatch.setattr(_hooks, "tags_for", broken)
+    monkeypatch.setattr(_tagging, "tags_for", broken)
     before = ac.stats()["tagging_failures"]
     client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
     with ac.workflow(), httpx.Client() as plain:
@@ -428,7 +428,7 @@ def test_a_server_whose_worker_listing_fails_costs_one_short_lookup_not_one_per_
     REQUEST_LOOKUP_TIMEOUT, the requests go keyed by their workflow, and the lookup is retried in the background
     FAILED_RETRY_S later: a router that answers then is found."""
     from agentcache_sdk import _workers
-    from agentcache_sdk._hooks import routing_key
+    from agentcache_sdk._tagging import routing_key
 
     fake.listing_fault = fault
     client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x", max_retries=0)
@@ -750,8 +750,8 @@ def test_a_workflow_without_a_tagged_request_sends_no_end(fake):
 
 
 def test_ends_to_an_unreachable_worker_are_dropped_at_once_until_the_cool_down_is_over(fake, monkeypatch):
-    monkeypatch.setattr(_workflow, "UNREACHABLE_COOLDOWN_S", 0.5)
-    monkeypatch.setattr(_workflow, "counters", Counter())  # the test process's exit warns of no dropped end
+    monkeypatch.setattr(_end_events, "UNREACHABLE_COOLDOWN_S", 0.5)
+    monkeypatch.setattr(_counters, "counters", Counter())  # the test process's exit warns of no dropped end
     worker_port = free_port()
     fake.workers = [f"http://127.0.0.1:{worker_port}"]  # behind a router, the end goes to a worker: nobody listens
     started = time.monotonic()
@@ -779,7 +779,7 @@ def test_a_worker_that_does_not_answer_ends_holds_up_neither_the_others_nor_the_
     scheduler) got every end three times, each after the full timeout: the other workers' ends waited behind
     it and the queue grew with every workflow the app ran. Now a timeout trips the breaker like a refused
     connection, and at most MAX_PENDING_ENDS wait."""
-    monkeypatch.setattr(_workflow, "counters", Counter())  # the test process's exit warns of no dropped end
+    monkeypatch.setattr(_counters, "counters", Counter())  # the test process's exit warns of no dropped end
     workers = _workers_behind(fake)
     hung, healthy = workers
     hung.end_delay = 3.0
@@ -797,10 +797,10 @@ def test_a_worker_that_does_not_answer_ends_holds_up_neither_the_others_nor_the_
         assert len([p for p, _, _ in hung.requests if p.endswith("/end")]) == 1, "tried once, then the breaker"
         assert ac.stats()["dropped_ends"] == 4, "the hung worker's part of each end was lost: counted"
 
-        monkeypatch.setattr(_workflow, "MAX_PENDING_ENDS", 0)
+        monkeypatch.setattr(_end_events, "MAX_PENDING_ENDS", 0)
         with ac.workflow():
             httpx.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
-        assert ac.stats()["dropped_ends"] == 5 and _workflow._sender.pending() == 0, "beyond the bound: dropped"
+        assert ac.stats()["dropped_ends"] == 5 and _end_events.sender.pending() == 0, "beyond the bound: dropped"
     finally:
         for worker in workers:
             worker.shutdown()
@@ -918,3 +918,51 @@ def test_the_crewai_integration_imports_crewai_only_through_the_app_and_still_na
     assert done.returncode == 0, done.stderr[-3000:]
     ((body, _),) = chats(fake)
     assert body["custom_params"]["agentcache"]["agent_name"] == "Technical Writer", "the role, from CrewAI's hook"
+
+
+HEAVY_MODULES = ("openai", "rich", "numpy", "matplotlib", "torch", "sglang")
+
+
+def test_importing_the_sdk_loads_no_heavy_module():
+    """An app gets the SDK with httpx alone: importing it loads neither openai (hooked when the app imports it)
+    nor anything the CLI, the benchmarks or the server need."""
+    script = f"import agentcache_sdk, sys; print([m for m in {HEAVY_MODULES!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
+LAZY_HOOK_SCRIPT = """
+import json, sys
+first = sys.argv[2]
+if first == "openai":
+    import openai
+import agentcache_sdk as ac
+import openai, openai._base_client, httpx
+
+ac.configure(base_url=sys.argv[1])
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="x", max_retries=0)
+with ac.workflow(workflow_id="wf-lazy"):
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+ac.flush(5)
+print(json.dumps({
+    "openai": openai._base_client.SyncAPIClient._prepare_options.__module__,
+    "httpx": httpx.Client.send.__module__,
+    "loader": type(openai.__spec__.loader).__name__,
+}))
+"""
+
+
+@pytest.mark.parametrize("first", ["agentcache_sdk", "openai"])
+def test_openai_is_hooked_whether_the_app_imports_it_before_or_after_the_sdk(fake, first):
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_HOOK_SCRIPT, fake.url, first], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    hooked = json.loads(done.stdout.strip().splitlines()[-1])
+    assert hooked["openai"] == "agentcache_sdk._openai_hook" and hooked["httpx"] == "agentcache_sdk._httpx_hook"
+    assert hooked["loader"] == "SourceFileLoader", "the module keeps its own loader"
+    ((body, headers),) = chats(fake)
+    assert body["custom_params"]["agentcache"]["workflow"] == "wf-lazy"
+    assert headers["x-smg-routing-key"] == "wf-lazy"
+    assert [p.split("/")[-2] for p, _, _ in fake.requests if p.endswith("/end")] == ["wf-lazy"]
