@@ -1,4 +1,4 @@
-"""The live benchmark's default run, written into docs/results/live-bench.md and the README's live table.
+"""The live benchmark's default run, written into docs/results/live-bench.md and its table in docs/results/README.md.
 
     .venv/bin/python benchmarks/live_bench.py        # about 15 minutes on 2 cores
     .venv/bin/python benchmarks/live_bench.py --family phased-chat --workflows 8   # a rebuilding workload
@@ -7,7 +7,7 @@ Runs `agentcache bench --json --plot docs/results/img/live-bench.png` (its defau
 lru, lfu, slru and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
 strategies on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
 Extra arguments go to `agentcache bench`; with `--family F` (other than the default group chat) the
-page is docs/results/live-bench-F.md and the README's table for it sits between its own markers; `--page NAME`
+page is docs/results/live-bench-F.md and its table in docs/results/README.md sits between its own markers; `--page NAME`
 (not passed on) names the page docs/results/live-bench-NAME.md instead, for a run that differs in other arguments:
 
     .venv/bin/python benchmarks/live_bench.py --page full-prompts --token-scale 1.0   # prompts at full size
@@ -151,8 +151,11 @@ def write_pages(summary: dict, extra: list[str]) -> None:
     (DOCS / f"{name}.md").write_text("\n".join(page))
     (DOCS / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     marker = "live" if name == "live-bench" else name.replace("live-bench", "live")
-    write_between_markers(ROOT / "README.md", marker, "\n".join(lines) + "\n")
-    print(f"wrote docs/{name}.md, docs/{name}.json, README.md's {marker} table", file=sys.stderr)
+    write_between_markers(ROOT / "docs" / "results" / "README.md", marker, "\n".join(lines) + "\n")
+    print(
+        f"wrote docs/results/{name}.md, docs/results/{name}.json, docs/results/README.md's {marker} table",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":
