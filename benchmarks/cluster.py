@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from suite import DOCS, mean_prompt, suite
 
-from agentcache.replay.cluster import ROUTINGS, replay_cluster
+from agentcache.replay.scale_out import ROUTINGS, replay_cluster
 from agentcache.replay.runner import PreparedTrace
 from agentcache.trace import End, Request, Segment, Trace
 

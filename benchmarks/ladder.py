@@ -26,8 +26,9 @@ from rich.progress import Progress
 from suite import DOCS, suite, write_between_markers
 
 from agentcache.policy.spec import BUILTINS
-from agentcache.replay.report import UNLIMITED, plot_timeline
-from agentcache.replay.runner import PreparedTrace, ReplayResult, ceiling, fill_gap_closed, replay_policy
+from agentcache.replay.report import plot_timeline
+from agentcache.replay.results import UNLIMITED, ReplayResult
+from agentcache.replay.runner import PreparedTrace, ceiling, fill_gap_closed, replay_policy
 
 OURS = ["lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belady"]
 

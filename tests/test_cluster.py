@@ -26,7 +26,7 @@ def code_retry():
 
 def test_workflow_affinity_keeps_workflows_whole_and_beats_round_robin(code_retry):
     """At a roomy total capacity (16x the mean prompt over 2 workers) with pbkv, at the trace's own pace."""
-    from agentcache.replay.cluster import replay_cluster
+    from agentcache.replay.scale_out import replay_cluster
 
     prepared, mean_prompt = code_retry
     runs = replay_cluster(prepared, "pbkv", 2, int(mean_prompt * 8), ["round-robin", "workflow-affinity"])
@@ -45,8 +45,8 @@ def test_workflow_affinity_keeps_workflows_whole_and_beats_round_robin(code_retr
 def test_workflow_affinity_places_a_new_workflow_where_fewest_routing_keys_are_in_flight():
     """sglang-router 0.3.2's min_group counts the keys with a request in flight (WorkerRoutingKeyLoad), not the
     keys it ever placed: a worker whose workflows are all between requests takes the next new one."""
-    from agentcache.replay.cluster import InFlight, ManualPolicy
-    from agentcache.replay.serving import Served
+    from agentcache.replay.routers import InFlight, ManualPolicy
+    from agentcache.replay.scheduler import Served
 
     in_flight = InFlight(2)
     manual = ManualPolicy(in_flight)
@@ -75,7 +75,7 @@ def test_workflow_affinity_places_a_new_workflow_where_fewest_routing_keys_are_i
 
 
 def test_end_events_reach_every_worker_that_served_the_workflow(code_retry):
-    from agentcache.replay.cluster import replay_cluster
+    from agentcache.replay.scale_out import replay_cluster
 
     prepared, mean_prompt = code_retry
     for routing in ("round-robin", "workflow-aware"):
@@ -86,7 +86,7 @@ def test_end_events_reach_every_worker_that_served_the_workflow(code_retry):
 
 
 def test_the_timed_fields_are_present_and_sane(code_retry):
-    from agentcache.replay.cluster import ROUTINGS, replay_cluster
+    from agentcache.replay.scale_out import ROUTINGS, replay_cluster
 
     prepared, mean_prompt = code_retry
     relaxed = replay_cluster(prepared, "lru", 2, int(mean_prompt * 8), ROUTINGS)
@@ -120,7 +120,7 @@ def _requests(*prompts: tuple[str, tuple[tuple[str, int], ...]]):
 
 
 def test_cache_aware_follows_the_longest_prefix_until_the_balance_thresholds_trip():
-    from agentcache.replay.cluster import CacheAware
+    from agentcache.replay.cache_aware import CacheAware
 
     sys_a, sys_b = ("sys-a", 400), ("sys-b", 400)
     (a1, ea1), (b1, eb1), (a2, ea2), (a3, ea3), (new, enew) = _requests(
@@ -153,7 +153,7 @@ def test_cache_aware_follows_the_longest_prefix_until_the_balance_thresholds_tri
 
 
 def test_the_router_tree_evicts_least_recently_used_leaves_per_worker():
-    from agentcache.replay.cluster import ApproximateTree
+    from agentcache.replay.cache_aware import ApproximateTree
 
     (_, e1), (_, e2) = _requests(("a", (("sys", 100), ("t1", 50))), ("a", (("sys", 100), ("t2", 50))))
     tree = ApproximateTree(1, max_tokens=160)
@@ -282,7 +282,7 @@ def test_workflow_aware_on_a_small_busy_cluster(code_retry):
     """code-retry, 40 workflows at 4x their pace, 2 workers of 4x the mean prompt each, lru: workflow-aware
     caches more than pinning workflows and keeps load within its bound (it does not beat cache-aware on
     every figure: docs/results/scale-out.md)."""
-    from agentcache.replay.cluster import replay_cluster
+    from agentcache.replay.scale_out import replay_cluster
 
     prepared, mean_prompt = code_retry
     runs = replay_cluster(
@@ -302,7 +302,7 @@ def test_workflow_aware_on_a_small_busy_cluster(code_retry):
 
 def test_bad_routings_and_shapes_are_refused_clearly(code_retry):
     from agentcache.policy import PolicyConfigError
-    from agentcache.replay.cluster import RoutingError, parse_routings, replay_cluster
+    from agentcache.replay.scale_out import RoutingError, parse_routings, replay_cluster
 
     prepared, _ = code_retry
     assert parse_routings("round-robin, workflow-aware,round-robin") == ["round-robin", "workflow-aware"]

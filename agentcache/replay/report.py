@@ -1,20 +1,17 @@
-"""Showing replay results: a rich table, a hit-rate-over-time plot, a markdown table."""
+"""Showing replay results: a rich table and a hit-rate-over-time plot."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:  # the runner imports SGLang (~15 s): the live bench's tables need none of it
-    from agentcache.replay.runner import ReplayResult
+from agentcache.replay.results import UNLIMITED, ReplayResult
 
 NAME_COLUMNS = ("policy", "routing")  # columns of names, aligned left (figures align right)
-UNLIMITED = "unlimited"  # a cache that never evicts: the ceiling of every policy's hit rate
 
 
 def print_fitted_table(
@@ -94,13 +91,6 @@ def print_table(results: Sequence[ReplayResult], title: str = "", console: Conso
         )
     headers = ("capacity", "policy", "hit rate", "gap closed", "recomputed tokens", "modelled GPU time (s)", "vs lru")
     print_fitted_table(title, headers, rows, console)
-
-
-def markdown_table(results: Sequence[ReplayResult]) -> str:
-    lines = ["| capacity | policy | hit rate | gap closed | modelled GPU time (s) |", "|---:|---|---:|---:|---:|"]
-    for r in results:
-        lines.append(f"| {r.capacity} | {r.policy} | {r.hit_rate:.1%} | {_gap(r)} | {r.modelled_latency_s:,.1f} |")
-    return "\n".join(lines)
 
 
 def plot_timeline(results: Sequence[ReplayResult], path: str, title: str = "") -> None:

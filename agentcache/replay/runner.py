@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
@@ -18,7 +18,7 @@ from agentcache.policy import PolicySpec, WorkflowRegistry, make_policy, prefetc
 from agentcache.policy.spec import WARMUP
 from agentcache.predictor import Predictor
 from agentcache.replay.engine import ReplayCache, SGLangAloneCache
-from agentcache.replay.report import UNLIMITED
+from agentcache.replay.results import UNLIMITED, ReplayResult
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
 from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import End, Request, Trace
@@ -33,38 +33,6 @@ def as_spec(policy: PolicySpec | str) -> PolicySpec:
 def request_tags(request: Request, enc: EncodedRequest) -> Tags:
     """A trace request's tags, as the server would hand them to the policy (the trace's agent is its identity)."""
     return Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len)
-
-
-@dataclass
-class ReplayResult:
-    policy: str
-    capacity: int
-    requests: int = 0
-    prompt_tokens: int = 0
-    hit_tokens: int = 0
-    recomputed_tokens: int = 0
-    oversized_requests: int = 0
-    host_capacity: int = 0
-    host_hit_tokens: int = 0  # prompt tokens loaded back from host memory instead of recomputed
-    prefetched_tokens: int = 0  # tokens a prefetch (or warm-up request) brought to the device
-    prefetch_used_tokens: int = 0  # of those, tokens a request then read
-    prefetch_wasted_tokens: int = 0  # of those, tokens evicted before any request read them
-    modelled_latency_s: float = 0.0
-    gap_closed: float | None = None
-    evicted_tokens: dict[str, int] = field(default_factory=dict)
-    replay_wall_s: float = 0.0
-    timeline: list[tuple[float, float]] = field(default_factory=list)  # (ts, hit rate of the window ending there)
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def to_json(self, *, timeline: bool = False) -> dict[str, Any]:
-        out = asdict(self)
-        out["hit_rate"] = self.hit_rate
-        if not timeline:
-            del out["timeline"]
-        return out
 
 
 class PreparedTrace:

@@ -83,10 +83,6 @@ class TokenCodec:
         tokens.extend(range(base, base + request.output))
         return EncodedRequest(tokens, prompt_len, fixed_len, tuple(chains))
 
-    @staticmethod
-    def chain_of(token: int) -> int:
-        return token >> OFFSET_BITS
-
 
 class NextUseIndex:
     """For each chain, the sorted indices of the requests whose prompt reads it."""
