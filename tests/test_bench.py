@@ -83,7 +83,7 @@ def test_bench_servers_run_one_engine_thread_on_cpu():
 def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):
     """`--workflows N` generates N conversations; the cut to a trace's first N workflows is for trace files only
     (a chat's turns are workflows of their own: the cut kept N single turns)."""
-    import agentcache.bench.runner
+    import agentcache.cli.bench
     from agentcache.bench.workload import BENCH_SEED, BenchError
 
     sent = []
@@ -92,7 +92,7 @@ def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):
         sent.append(trace)
         raise BenchError("captured")
 
-    monkeypatch.setattr(agentcache.bench.runner, "bench_trace", capture)
+    monkeypatch.setattr(agentcache.cli.bench, "bench_trace", capture)
     assert main(["bench", "--family", "chat", "--workflows", "3", "--port", "1"]) == 2
     (trace,) = sent
     conversations = {r.workflow.rsplit("-", 1)[0] for r in trace.requests}

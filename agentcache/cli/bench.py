@@ -1,0 +1,176 @@
+"""`agentcache bench`: a workload as real requests against a fresh bundled server per policy and repetition."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentcache.bench.report import comparisons, median_range, plot
+from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace
+from agentcache.bench.runs import summarize
+from agentcache.bench.workload import (
+    BENCH_FAMILY,
+    BENCH_SEED,
+    BENCH_WORKFLOWS,
+    MAX_NEW_TOKENS,
+    TIME_SCALE,
+    TOKEN_SCALE,
+    BenchError,
+    first_workflows,
+)
+from agentcache.cli.common import UsageError, check_output, check_server_flags, console
+from agentcache.policy import PolicyConfigError, parse_policies
+from agentcache.replay.report import print_fitted_table
+from agentcache.server_ext.model import SIZES
+from agentcache.trace import TraceError, read_trace
+from agentcache.workloads import FAMILIES, GenConfig, generate
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Drive a trace (or a small generated workload) as real concurrent requests against a fresh "
+        "bundled server per policy and repetition (warmed up; policies in alternating order), SGLang's own "
+        "strategies on plain SGLang (--radix-eviction-policy), agentcache's on the plugin; report medians with "
+        "min-max of time to first token, latency, completion time, prompt tokens computed and hit rate."
+    )
+    workload = p.add_mutually_exclusive_group()
+    workload.add_argument(
+        "trace", nargs="?", help=f"trace file (default: {BENCH_WORKFLOWS} generated {BENCH_FAMILY} workflows)"
+    )
+    workload.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        help=f"generate {BENCH_WORKFLOWS} workflows (or --workflows) of this family instead (default {BENCH_FAMILY})",
+    )
+    p.add_argument("--policy", default=DEFAULT_POLICIES, help="comma-separated (default %(default)s)")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
+    p.add_argument(
+        "--workflows",
+        type=int,
+        help=f"use the trace's first N workflows (default: all), or generate N (default {BENCH_WORKFLOWS}; plain chat: "
+        "N conversations, each turn a workflow of its own)",
+    )
+    p.add_argument(
+        "--capacity", type=int, help=f"server KV capacity in tokens (default: {CAPACITY_FACTOR}x the mean prompt)"
+    )
+    p.add_argument(
+        "--token-scale",
+        type=float,
+        default=TOKEN_SCALE,
+        help="scale segment sizes; CPU prefill is slow (default %(default)s)",
+    )
+    p.add_argument(
+        "--time-scale", type=float, default=TIME_SCALE, help="scale the trace's send times (default %(default)s)"
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=MAX_NEW_TOKENS,
+        help="cap on tokens generated per request (default %(default)s)",
+    )
+    p.add_argument("--model-path", help="model to serve (default: a random-weight model made locally)")
+    p.add_argument("--model-size", choices=sorted(SIZES), default="small", help="(default %(default)s)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", dest="cpu", action="store_true", default=None, help="CPU mode (default without a GPU)")
+    mode.add_argument("--gpu", dest="cpu", action="store_false", help="GPU mode")
+    p.add_argument("--port", type=int, default=30300)
+    p.add_argument("--log-dir", help="write each server's log here (default: a new temporary folder)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the distributions of time to first token and latency")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="end with one JSON line: per policy hit_rate, computed_prompt_tokens, runs, and ttft_s, latency_s, "
+        "makespan_s as {median, min, max}",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policies = parse_policies(args.policy)
+    except PolicyConfigError as exc:
+        raise UsageError(f"--policy: {exc}") from None
+    for spec in policies:
+        if not spec.online or spec.prefetch:
+            raise UsageError(
+                f"--policy: {spec.text} cannot run live (offline references and prefetch variants are replay-only)"
+            )
+    if args.repeat < 3:
+        raise UsageError(f"--repeat must be >= 3 (medians need repetitions), got {args.repeat}")
+    for name in ("token_scale", "time_scale"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+    if args.workflows is not None and args.workflows < 1:
+        raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
+    check_server_flags(args.port, args.capacity)
+    check_output("--plot", args.plot)
+    if args.trace:
+        try:
+            trace = read_trace(args.trace)
+        except (TraceError, OSError) as exc:
+            raise UsageError(str(exc)) from None
+        trace = first_workflows(trace, args.workflows)
+    else:  # `--workflows` of the family's (plain chat: conversations, each turn a workflow of its own)
+        family = args.family or BENCH_FAMILY
+        trace = generate(family, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))
+    if not trace.requests:
+        raise UsageError(f"{args.trace}: no requests to send")
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-bench-")
+    console.print(f"server logs: {log_dir}", style="dim", markup=False)
+    opts = BenchOptions(
+        policies=tuple(policies),
+        repeat=args.repeat,
+        capacity=args.capacity,
+        model_path=args.model_path,
+        model_size=args.model_size,
+        cpu=args.cpu,
+        port=args.port,
+        log_dir=log_dir,
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("bench", total=len(trace.requests) * len(policies) * args.repeat)
+            runs, capacity = bench_trace(
+                trace,
+                opts,
+                token_scale=args.token_scale,
+                time_scale=args.time_scale,
+                max_new_tokens=args.max_new_tokens,
+                stage=lambda text: progress.update(task, description=text),
+                answered=lambda: progress.advance(task),
+            )
+    except BenchError as exc:
+        raise UsageError(f"{exc} (server logs: {log_dir})") from None
+    summary = summarize(runs)
+    name = trace.meta.name or args.trace
+    title = (
+        f"{name}: {len(trace.requests)} requests, {args.repeat} repetitions, KV capacity {capacity} tokens "
+        "(medians, [min-max] over repetitions)"
+    )
+    rows = []
+    for policy, r in summary.items():
+        cells = [
+            median_range([rep[k] for rep in r["repetitions"]], ".2f") for k in ("ttft_s", "latency_s", "makespan_s")
+        ]
+        rows.append((policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *cells))
+    headers = (
+        "policy",
+        "hit rate",
+        "prompt tokens computed",
+        "time to first token (s)",
+        "latency (s)",
+        "completion (s)",
+    )
+    print_fitted_table(title, headers, rows)
+    for line in comparisons(runs):
+        Console().print(line, soft_wrap=True, markup=False)
+    if args.plot:
+        plot(runs, args.plot, title=f"{name}: {len(trace.requests)} requests x {args.repeat} repetitions")
+    if args.json:
+        print(json.dumps(summary))
+    return 0

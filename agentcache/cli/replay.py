@@ -1,0 +1,304 @@
+"""`agentcache replay`: a trace through SGLang's radix cache once per policy and capacity, or through N modelled
+workers per routing (--instances): a table, a plot, or --json.
+
+The replay itself (agentcache.replay.runner) imports SGLang (about 15 s): it loads once the arguments are checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from agentcache.cli.common import DEFAULT_PREDICTOR, UsageError, check_output, console
+from agentcache.replay.results import UNLIMITED
+
+BEST_BUILTIN = "best-builtin"  # every SGLang strategy, shown as the one that hit most at each capacity
+REPLAY_POLICIES = f"lru,{BEST_BUILTIN},lifecycle,kvflow,cachescout,pbkv,belady,{UNLIMITED}"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = "Replay a workflow trace through SGLang 0.5.23's real UnifiedRadixCache, once per policy."
+    p.add_argument("trace")
+    p.add_argument("--capacity", required=True, help="KV capacity in tokens; several comma-separated")
+    p.add_argument(
+        "--policy",
+        default=REPLAY_POLICIES,
+        help="comma-separated policies: ours and SGLang's built-ins; best-builtin runs every SGLang strategy and"
+        " shows the one that hit most at each capacity; unlimited adds a cache that never evicts, the ceiling (both"
+        " with one cache, not with --instances) (default %(default)s; kvflow is skipped on a trace without a call"
+        " graph)",
+    )
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=300.0,
+        help="seconds without a request before a workflow is retired (default %(default)s)",
+    )
+    p.add_argument(
+        "--host-capacity", type=int, default=0, help="host-memory tier (HiCache) in tokens; 0: none (default)"
+    )
+    p.add_argument(
+        "--predictor",
+        help="the forecaster of pbkv and its variants (pbkv-paper, pbkv/-ingredient): markov, markov-n:N, static,"
+        " neural:MODEL.pt, or oracle (each workflow's real next agents, read from the trace: what perfect forecasts"
+        f" would give) (default: each policy's own; pbkv's is {DEFAULT_PREDICTOR})",
+    )
+    p.add_argument("--noise", type=float, default=0.0, help="mix pbkv's forecasts with uniform noise: (1-L) P + L U")
+    p.add_argument(
+        "--told-reads",
+        action="store_true",
+        help="tell pbkv and its variants, with each request, how much of its path its agent's next request in the"
+        " workflow reads again (read from the trace), in place of the shares pbkv learns; with --predictor oracle:"
+        " how far pbkv gets knowing what the trace's coins decide",
+    )
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="serve the trace with N modelled workers that split --capacity, in the timed replay (default 1)",
+    )
+    p.add_argument(
+        "--routing",
+        default="round-robin,power-of-two,cache-aware,workflow-affinity,workflow-aware",
+        help="with --instances: comma-separated routings (default %(default)s)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="with --instances: multiply arrival times by this; below 1 compresses them into more load (default 1)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON list, an object per run")
+    p.add_argument("--plot", metavar="FILE.png", help="draw hit rate over time per policy")
+    p.set_defaults(run=run)
+
+
+def _parse_capacities(text: str) -> list[int]:
+    try:
+        caps = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise UsageError(f"--capacity: expected token counts like 8000 or 4000,8000, got {text!r}") from None
+    if not caps or any(c < 2 for c in caps):
+        raise UsageError(f"--capacity: every capacity must be >= 2 tokens, got {text!r}")
+    return caps
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentcache.policy import PolicyConfigError, parse_policies
+    from agentcache.policy.spec import BUILTINS
+    from agentcache.predictor import PredictorSpec
+    from agentcache.replay.report import best_of_group, plot_timeline, print_table
+    from agentcache.replay.tokens import check_encodable
+    from agentcache.trace import TraceError, read_trace
+
+    capacities = _parse_capacities(args.capacity)
+    check_output("--plot", args.plot)
+    try:
+        trace = read_trace(args.trace)
+        check_encodable(trace.requests)
+    except (TraceError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(f"{args.trace}: {exc}") from None
+    # KV pools are allocated whole: one far beyond what the trace can fill failed in the allocator.
+    most = max(2, sum(r.prompt_tokens + r.output for r in trace.requests)) * max(1, args.instances)
+    for flag, asked in (("--capacity", max(capacities)), ("--host-capacity", args.host_capacity)):
+        if asked > most:
+            console.print(
+                f"{flag}: from {most:,} tokens up (the trace's prompts and outputs in all, on each instance) nothing"
+                f" is ever evicted; replayed at {most:,}",
+                style="dim",
+                soft_wrap=True,
+                markup=False,
+            )
+    capacities = list(dict.fromkeys(min(c, most) for c in capacities))
+    args.host_capacity = min(args.host_capacity, most)
+    if args.host_capacity < 0:
+        raise UsageError(f"--host-capacity must be >= 0 tokens, got {args.host_capacity}")
+    if not 0.0 <= args.noise <= 1.0:
+        raise UsageError(f"--noise must be in [0, 1], got {args.noise}")
+    names = list(dict.fromkeys(n.strip() for n in args.policy.split(",") if n.strip()))
+    with_ceiling, grouped = UNLIMITED in names, BEST_BUILTIN in names
+    if (with_ceiling or grouped) and args.instances > 1:
+        if args.policy != REPLAY_POLICIES:
+            raise UsageError(f"--policy: {BEST_BUILTIN} and {UNLIMITED} compare one cache: not with --instances")
+        with_ceiling = grouped = False
+    # The group's strategies in its place in the list, except those named on their own (shown on their own).
+    grouped_builtins = [b for b in BUILTINS if b not in names] if grouped else []
+    names = [m for n in names for m in (grouped_builtins if n == BEST_BUILTIN else [n]) if m != UNLIMITED]
+    if not names:
+        raise UsageError(f"--policy: name a policy to replay ({UNLIMITED} alone is nothing to compare)")
+    try:
+        policies = parse_policies(",".join(names))
+    except PolicyConfigError as exc:
+        raise UsageError(f"{exc} (the replay also takes {BEST_BUILTIN} and {UNLIMITED})") from None
+    if not trace.meta.call_graph and any(p.name == "kvflow" for p in policies):
+        if args.policy != REPLAY_POLICIES:
+            raise UsageError(f"kvflow needs a static call graph, and {args.trace} has none (its meta call_graph)")
+        console.print(
+            f"kvflow skipped: {args.trace} has no call graph (kvflow needs one)",
+            style="dim",
+            soft_wrap=True,
+            markup=False,
+        )
+        policies = [p for p in policies if p.name != "kvflow"]
+    # Without --predictor (and noise) each policy keeps its own forecaster (pbkv-paper: Markov-1).
+    own = args.predictor is None and args.noise == 0
+    predictor_text = args.predictor or DEFAULT_PREDICTOR
+    try:
+        spec = PredictorSpec.parse(f"noise:{args.noise}:{predictor_text}" if args.noise > 0 else predictor_text)
+        if not own:  # fail now, clearly, not in the middle of a replay
+            spec.build(trace.meta.call_graph, trace=trace)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--predictor: {exc}") from None
+    if args.instances > 1 and spec.offline:
+        raise UsageError("--predictor oracle follows one cache's requests in trace order: not with --instances")
+    if args.instances > 1 and args.told_reads:
+        raise UsageError("--told-reads follows one cache's requests in trace order: not with --instances")
+    forecaster = None if own else str(spec)  # what the results say of whose forecasts they had
+
+    def predictor_factory():  # noqa: ANN202
+        return None if own else spec.build(trace.meta.call_graph, trace=trace)
+
+    from agentcache.replay.runner import replay  # imports SGLang (~15 s)
+
+    total = len(trace.requests) * (len(policies) * len(capacities) + with_ceiling)
+    options = {"host_capacity": args.host_capacity, "lease_s": args.lease, "predictor_factory": predictor_factory}
+    if args.instances < 1:
+        raise UsageError(f"--instances must be >= 1, got {args.instances}")
+    if args.instances > 1:
+        return _replay_cluster(args, trace, policies, capacities, options, forecaster)
+    options["told_reads"] = args.told_reads
+    from rich.progress import Progress
+
+    try:
+        with Progress(console=console, transient=True) as progress:  # on stderr: --json's stdout stays JSON
+            task = progress.add_task("replaying", total=total)
+            results = replay(
+                trace,
+                policies,
+                capacities,
+                on_request=lambda: progress.advance(task),
+                with_ceiling=with_ceiling,
+                **options,
+            )
+    except PolicyConfigError as exc:
+        raise UsageError(str(exc)) from None
+    shown = best_of_group(results, grouped_builtins)
+    if args.plot:
+        plot_timeline(shown, args.plot, title=trace.meta.name or args.trace)
+    # A run with perfect forecasts, or told what is read, must not pass for pbkv's own: the table's title and
+    # each JSON object say so (`forecaster`: null where every policy kept its own).
+    if args.json:  # every run, the group's too
+        labels = {"forecaster": forecaster, "told_reads": args.told_reads}
+        print(json.dumps([{**r.to_json(), **labels} for r in results]))
+    else:
+        told = ", told reads" if args.told_reads else ""
+        by = "" if forecaster is None else f", forecaster {forecaster}"
+        print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{by}{told}")
+        _note_oversized([(r.capacity, r.requests, r.oversized_requests) for r in results], 1)
+    return 0
+
+
+def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, options, forecaster) -> int:  # noqa: ANN001
+    """--instances N: the timed replay with N workers that split the capacity, per routing; `forecaster`: the one
+    --predictor gave pbkv (None: each policy's own)."""
+    from agentcache.policy import PolicyConfigError
+    from agentcache.replay.runner import PreparedTrace
+    from agentcache.replay.scale_out import RoutingError, parse_routings, replay_cluster
+
+    try:
+        routings = parse_routings(args.routing)
+    except RoutingError as exc:
+        raise UsageError(f"--routing: {exc}") from None
+    if args.time_scale <= 0:
+        raise UsageError(f"--time-scale must be > 0, got {args.time_scale}")
+    prepared = PreparedTrace(trace)
+
+    def runs_for(on_request):  # noqa: ANN001, ANN202
+        return [
+            {"capacity": capacity, **run}
+            for capacity in capacities
+            for policy in policies
+            for run in replay_cluster(
+                prepared,
+                policy,
+                args.instances,
+                capacity // args.instances,
+                routings,
+                time_scale=args.time_scale,
+                host_capacity_per_instance=args.host_capacity // args.instances,
+                predictor_factory=options["predictor_factory"],
+                lease_s=args.lease,
+                on_request=on_request,
+            )
+        ]
+
+    from rich.progress import Progress
+
+    total = len(trace.requests) * len(capacities) * len(policies) * len(routings)
+    try:
+        with Progress(console=console, transient=True) as progress:  # on stderr: --json's stdout stays JSON
+            task = progress.add_task("serving", total=total)
+            runs = runs_for(lambda: progress.advance(task))
+    except (RoutingError, PolicyConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps([{**run, "forecaster": forecaster} for run in runs]))
+        return 0
+    from agentcache.replay.report import print_fitted_table
+
+    title = f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}"
+    if forecaster is not None:
+        title += f", forecaster {forecaster}"
+    headers = (
+        "capacity",
+        "policy",
+        "routing",
+        "hit rate",
+        "TTFT p50 (s)",
+        "TTFT p90 (s)",
+        "req/s",
+        "util",
+        "imbalance",
+    )
+    rows = [
+        (
+            str(run["capacity"]),
+            run["policy"],
+            run["routing"],
+            f"{run['hit_rate']:.1%}",
+            f"{run['ttft_p50_s']:.3f}",
+            f"{run['ttft_p90_s']:.3f}",
+            f"{run['throughput_rps']:.2f}",
+            f"{run['utilization']:.0%}",
+            f"{run['imbalance']:.2f}",
+        )
+        for run in runs
+    ]
+    print_fitted_table(title, headers, rows)
+    _note_oversized([(run["capacity"], run["requests"], run["oversized_requests"]) for run in runs], args.instances)
+    return 0
+
+
+def _note_oversized(runs: Sequence[tuple[int, int, int]], instances: int) -> None:
+    """Say, per capacity, how many requests needed more KV than the cache (a worker's) holds: figures of a run
+    where some or all did are not what they seem (every one a miss, or with workers, left out)."""
+    worst: dict[int, tuple[int, int]] = {}
+    for capacity, requests, oversized in runs:
+        worst[capacity] = max(worst.get(capacity, (0, requests)), (oversized, requests))
+    for capacity, (oversized, requests) in worst.items():
+        if not oversized:
+            continue
+        if instances > 1:
+            where = f"a worker holds ({capacity // instances:,} tokens of --capacity {capacity:,})"
+            fate = "refused, as SGLang refuses them; the figures are the other requests'"
+        else:
+            where, fate = f"the cache holds (--capacity {capacity:,})", "each computed and never cached"
+        console.print(
+            f"{oversized:,} of {requests:,} requests need more KV (prompt and output) than {where}: {fate}",
+            style="yellow",
+            soft_wrap=True,
+            markup=False,
+        )
