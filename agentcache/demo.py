@@ -29,8 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcache.bench.report import best_sglang_strategy
-from agentcache.bench.runner import DEFAULT_POLICIES, BenchOptions, measure, runs_on_plain_sglang
+from agentcache.bench.runner import (
+    DEFAULT_POLICIES,
+    BenchOptions,
+    best_sglang_strategy,
+    measure,
+    runs_on_plain_sglang,
+)
 from agentcache.bench.runs import Run, paired_ratios
 from agentcache.bench.workload import BenchError, Sent
 from agentcache.policy import PolicySpec
@@ -166,7 +171,7 @@ class DemoOptions:
     concurrency: int = 4
     # KV tokens: the seven agents' fixed prompts (about 6,600 tokens) fit with room for part of the histories in
     # flight, so the policy chooses which; below the prompts alone every policy thrashes and a run turns on
-    # arrival timing, and with room for nearly everything every policy does about the same (README).
+    # arrival timing, and with room for nearly everything every policy does about the same (docs/results/demo.md).
     capacity: int = 9000
     seed: int = 0
     port: int = 30000

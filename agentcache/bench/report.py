@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from agentcache.bench.runner import runs_on_plain_sglang
+from agentcache.bench.runner import best_sglang_strategy, runs_on_plain_sglang
 from agentcache.bench.runs import Run, paired_ratios
 from agentcache.policy import PolicySpec
 
@@ -34,16 +34,6 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
-    """The best by median hit rate of the SGLang strategies that ran (on plain SGLang), `besides` aside; the first
-    listed on a tie; None where none ran."""
-    policies = dict.fromkeys(r.policy for r in runs)
-    others = [p for p in policies if p not in besides and runs_on_plain_sglang(PolicySpec.parse(p))]
-    if not others:
-        return None
-    return max(others, key=lambda p: statistics.median(r.hit_rate for r in runs if r.policy == p))
 
 
 def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,16 @@ class BenchOptions:
 def runs_on_plain_sglang(spec: PolicySpec) -> bool:
     """SGLang's own strategies (lru included) run on a server without the plugin, as a user would run them."""
     return spec.name in SGLANG_STRATEGIES and (spec.builtin or spec.name == "lru")
+
+
+def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
+    """The best by median hit rate of the SGLang strategies that ran (on plain SGLang), `besides` aside; the first
+    listed on a tie; None where none ran."""
+    policies = dict.fromkeys(r.policy for r in runs)
+    others = [p for p in policies if p not in besides and runs_on_plain_sglang(PolicySpec.parse(p))]
+    if not others:
+        return None
+    return max(others, key=lambda p: statistics.median(r.hit_rate for r in runs if r.policy == p))
 
 
 def serve_options(spec: PolicySpec, opts: BenchOptions, capacity: int, run_name: str) -> Any:
