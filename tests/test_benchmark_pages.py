@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,13 +11,31 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+# Under a page's title: the command and commit that made it, and a line when the policy changed since.
+PROVENANCE = re.compile(
+    r"\n\nMade by `(?P<command>[^`\n]+)` at commit `(?P<commit>[0-9a-f]{7,40})`[^\n]*\n(?:Stale: [^\n]*\n)?\n"
+)
+
+
+def written_page(name: str) -> tuple[str, dict[str, str]]:
+    """docs/results/NAME.md as its script writes it, and the command and commit its provenance lines name."""
+    page = (DOCS / f"{name}.md").read_text()
+    made = PROVENANCE.search(page)
+    assert made, f"{name}.md does not say the command and commit that made it"
+    return page[: made.start()] + "\n\n" + page[made.end() :], made.groupdict()
+
+
+def provenance_of(figures: dict) -> dict[str, str]:
+    return {"command": figures["command"], "commit": figures["commit"]}
+
 
 def test_serving_time_page_is_its_figures():
     import serving_time
 
     figures = json.loads((DOCS / "serving-time.json").read_text())
-    page = serving_time.markdown(figures["rows"], figures["seconds"])
-    assert page == (DOCS / "serving-time.md").read_text()
+    page, made = written_page("serving-time")
+    assert serving_time.markdown(figures["rows"], figures["seconds"]) == page
+    assert made == provenance_of(figures)
     # Every point has every policy at every pace.
     for row in figures["rows"]:
         assert set(row["runs"]) == set(serving_time.POLICIES)
@@ -28,7 +47,9 @@ def test_scale_out_pages_are_their_figures():
 
     for name in ("scale-out", "scale-out-seed-11", "scale-out-seed-22"):
         figures = json.loads((DOCS / f"{name}.json").read_text())
-        assert cluster.page_of(figures) == (DOCS / f"{name}.md").read_text(), name
+        page, made = written_page(name)
+        assert cluster.page_of(figures) == page, name
+        assert made == provenance_of(figures), name
         # Every row has every routing at every pace.
         for row in figures["rows"]:
             assert [pace["pace"] for pace in row["paces"]] == list(cluster.PACES)
@@ -70,17 +91,33 @@ def test_live_vs_replay_page_is_its_figures():
 
     rows = json.loads((DOCS / "live-vs-replay.json").read_text())
     assert [row["page"] for row in rows] == [page.name for page in live_vs_replay.PAGES]
-    assert live_vs_replay.markdown(rows) == (DOCS / "live-vs-replay.md").read_text()
+    assert live_vs_replay.markdown(rows) == written_page("live-vs-replay")[0]
 
 
 def test_heldout_page_is_its_figures():
     import heldout
 
     rows = json.loads((DOCS / "heldout.json").read_text())
-    assert heldout.markdown(rows, heldout.COMMAND) == (DOCS / "heldout.md").read_text()
+    assert heldout.markdown(rows, heldout.COMMAND) == written_page("heldout")[0]
     assert {(row["family"], row["seed"]) for row in rows} == {
         (family, seed) for family in heldout.FAMILIES for seed in heldout.SEEDS
     }
+
+
+def test_gpu_anchor_page_is_its_figures():
+    import gpu_anchor
+
+    figures = json.loads((DOCS / "gpu-anchor.json").read_text())
+    assert figures["device"].startswith("NVIDIA")
+    page, made = written_page("gpu-anchor")
+    assert gpu_anchor.render(figures) == page
+    assert made == provenance_of(figures)
+
+
+def test_every_result_page_says_what_made_it():
+    for page in DOCS.glob("*.md"):
+        if page.name != "README.md":
+            written_page(page.stem)
 
 
 def test_live_ordered_pairs_leave_overlapping_repetitions_unordered():
