@@ -3,7 +3,7 @@
 LangGraph (langchain-openai), AutoGen (autogen-ext) and CrewAI all send through
 the `openai` Python SDK, whose clients call ``_prepare_options`` on every
 request, a hook documented for mutating options. It is private, so the
-supported openai range is pinned in pyproject.toml and tested.
+supported openai range is pinned in pyproject.toml (the cli extra) and tested.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ else
     # openai than SGLang's pins. Resolving both sets at once backtracks for many
     # minutes; one after the other settles at once, and the server runs with the
     # result (checked by the end-to-end tests).
-    step "installing agentcache with the framework extras"
-    "${PIP[@]}" install -q -c "$CONSTRAINTS" -e "$ROOT[langgraph,autogen,crewai,predictor,compiled,dev]" \
+    step "installing agentcache with the command's and the framework extras"
+    "${PIP[@]}" install -q -c "$CONSTRAINTS" -e "$ROOT[cli,langgraph,autogen,crewai,predictor,compiled,dev]" \
         "prometheus-client>=0.20" sglang-router==0.3.2
     step "making torchvision importable beside CPU torch"
     "$VENV/bin/python" "$ROOT/scripts/patch_torchvision.py"
