@@ -5,7 +5,6 @@ Run by scripts/setup.sh, and again after editing one of those modules (until the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentcache.compiled import BUILD_DIR, GROUP, MANIFEST, MODULES, SHARED_MODULE, Build, digest
+from agentcache.compiled import BUILD_DIR, GROUP, MANIFEST, MODULES, SHARED_MODULE, Build, digest, package_dirs
 
 
 def build(directory: Path = BUILD_DIR) -> Build:
@@ -26,12 +25,11 @@ def build(directory: Path = BUILD_DIR) -> Build:
     with tempfile.TemporaryDirectory(prefix="agentcache-compile-") as tmp:
         staged = Path(tmp) / "src"
         # The whole package, so that mypy types every import of a compiled module; only MODULES are compiled.
-        for package in ("agentcache", "agentcache.predictor", "agentcache.engine", "agentcache.policy"):
-            spec = importlib.util.find_spec(package)
-            assert spec is not None and spec.submodule_search_locations is not None
+        packages = {"agentcache", "agentcache.predictor", "agentcache.engine", "agentcache.policy"}
+        for package in sorted(packages | {name.rpartition(".")[0] for name in MODULES}):
             target = staged.joinpath(*package.split("."))
             target.mkdir(parents=True, exist_ok=True)
-            for py in Path(spec.submodule_search_locations[0]).glob("*.py"):
+            for py in package_dirs(package)[0].glob("*.py"):
                 if py.name in ("neural.py", "training.py"):  # torch: slow to type, and off the hot path
                     continue
                 shutil.copyfile(py, target / py.name)

@@ -36,7 +36,15 @@ MODULES = (
     "agentcache.policy.workflows",
     "agentcache.policy.gaps",
     "agentcache.policy.base",
-    "agentcache.policy.pbkv",
+    "agentcache.policy.pbkv.ingredients",
+    "agentcache.policy.pbkv.keys",
+    "agentcache.policy.pbkv.timing",
+    "agentcache.policy.pbkv.forecasts",
+    "agentcache.policy.pbkv.demand",
+    "agentcache.policy.pbkv.reuse",
+    "agentcache.policy.pbkv.retired",
+    "agentcache.policy.pbkv.score",
+    "agentcache.policy.pbkv.policy",
     "agentcache.predictor.base",
     "agentcache.predictor.markov",
     "agentcache.predictor.guard",
@@ -49,18 +57,27 @@ MANIFEST = "manifest.json"
 PURE_ENV = "AGENTCACHE_PURE_PYTHON"
 
 
-def source_of(module: str) -> Path:
-    """The source file of one of :data:`MODULES`, found without importing it (nor its package's ``__init__``,
-    which imports it): through its package's spec, which knows where an editable install maps the package."""
-    package, _, name = module.rpartition(".")
-    spec = importlib.util.find_spec(package)
+def package_dirs(package: str) -> list[Path]:
+    """Where a package of agentcache's sources lies, found without importing it (nor its ``__init__``, which
+    imports compiled modules): through the spec of its top package (``agentcache.policy``, ...), which knows
+    where an editable install maps it, and its subpackages' folders below."""
+    parts = package.split(".")
+    top, below = ".".join(parts[:2]), parts[2:]
+    spec = importlib.util.find_spec(top)
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"agentcache.compiled: package {package} not found")
-    for location in spec.submodule_search_locations:
-        path = Path(location) / f"{name}.py"
+        raise ImportError(f"agentcache.compiled: package {top} not found")
+    return [Path(location).joinpath(*below) for location in spec.submodule_search_locations]
+
+
+def source_of(module: str) -> Path:
+    """The source file of one of :data:`MODULES`, found without importing it."""
+    package, _, name = module.rpartition(".")
+    locations = package_dirs(package)
+    for location in locations:
+        path = location / f"{name}.py"
         if path.is_file():
             return path
-    raise ImportError(f"agentcache.compiled: no source for {module} in {list(spec.submodule_search_locations)}")
+    raise ImportError(f"agentcache.compiled: no source for {module} in {[str(p) for p in locations]}")
 
 
 def digest(path: Path) -> str:
@@ -185,7 +202,7 @@ def install() -> None:
 
 def active() -> str:
     """How this process runs the policy core, in words (for statistics and benchmark headers)."""
-    module = sys.modules.get("agentcache.policy.pbkv")
+    module = sys.modules.get("agentcache.policy.pbkv.policy")
     if module is not None and not str(getattr(module, "__file__", "")).endswith(".py"):
         return "compiled (mypyc)"
     if pure_requested():

@@ -223,6 +223,7 @@ def breakdown(in_flight: int, capacity: int) -> dict[str, tuple[float, float]]:
     timers add their own cost: read the shares, not the sum), and Python calls (built-ins included) in one more
     replay under a profile hook, which do not move with the machine."""
     from agentcache.engine.adapter import EvictionHeap, TaggedFullComponent
+    from agentcache.policy.pbkv.score import Ranking
 
     points = {
         "request bookkeeping (on_request)": (PBKVPolicy, "on_request"),
@@ -233,7 +234,7 @@ def breakdown(in_flight: int, capacity: int) -> dict[str, tuple[float, float]]:
         "workflow ends (on_end)": (PBKVPolicy, "on_end"),
         "eviction heap upkeep (sync)": (EvictionHeap, "sync"),
         "eviction picks (next node)": (TaggedFullComponent, "_evict_device_next_node"),
-        "keys computed (_priority)": (PBKVPolicy, "_priority"),
+        "keys computed (Ranking.key)": (Ranking, "key"),
     }
     spent = dict.fromkeys(points, 0.0)
     originals = {label: getattr(owner, name) for label, (owner, name) in points.items()}
@@ -512,7 +513,7 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "(docs/results/archive/overhead-instructions.md): a change shows there to the last digit, and the ratio there is the part",
         "of the wall-time ratio that executing more code explains.",
         "",
-        "How pbkv keeps its keys cheap (agentcache/policy/pbkv.py): each node's eviction key is kept on the",
+        "How pbkv keeps its keys cheap (agentcache/policy/pbkv/keys.py): each node's eviction key is kept on the",
         "node and recomputed only when something it depends on changed (the node was used, a workflow it",
         "serves moved on, an agent's demand changed); what changes with time alone (how soon each workflow",
         "calls again) is refreshed every 16 requests or every quarter of the open workflows, whichever is",

@@ -25,7 +25,8 @@ from suite import DOCS, mean_prompt, write_between_markers
 
 from agentcache.policy import WorkflowRegistry, tags_of
 from agentcache.policy.base import MAX_TRACKED_AGENTS, MAX_WORKFLOWS_PER_NODE
-from agentcache.policy.pbkv import MAX_FORECAST_WORKFLOWS, MAX_GAP_MODELS, PER_AGENT_GAPS
+from agentcache.policy.pbkv.demand import MAX_FORECAST_WORKFLOWS
+from agentcache.policy.pbkv.timing import MAX_GAP_MODELS, PER_AGENT_GAPS
 from agentcache.predictor import MarkovPredictor
 from agentcache.replay.runner import PreparedTrace, replay_policy
 from agentcache.trace import End, Request, Trace
@@ -88,7 +89,7 @@ def soak(console: Console) -> list[dict]:
                     "tagged_nodes": tagged,
                     "workflow_entries_on_nodes": workflows_on_nodes,
                     "predictor_contexts": len(policy.predictor.inner.counts),
-                    "forecasts_kept": len(policy._values),
+                    "forecasts_kept": len(policy.forecasts.values),
                     "elapsed_s": round(time.perf_counter() - seen["started"], 1),
                 }
             )

@@ -117,13 +117,13 @@ def test_no_build_runs_from_source_quietly_and_an_unreadable_manifest_says_why(t
     """No build is what a machine without a C compiler has (setup warned already): nothing to say at each import."""
     assert Build.read(tmp_path).kind is Problem.NOT_BUILT
     with caplog.at_level(logging.WARNING, logger="agentcache"):
-        assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
+        assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv.policy") is None
     assert not [r for r in caplog.records if "compiled policy core" in r.getMessage()]
     (tmp_path / MANIFEST).write_text("{not json")
     unreadable = Build.read(tmp_path)
     assert unreadable.kind is Problem.UNREADABLE and "unreadable manifest" in str(unreadable.problem)
     with caplog.at_level(logging.WARNING, logger="agentcache"):
-        assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
+        assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv.policy") is None
     assert [r for r in caplog.records if "unreadable manifest" in r.getMessage()]
     shutil.rmtree(tmp_path)
-    assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv") is None
+    assert CompiledFinder(tmp_path).find_spec("agentcache.policy.pbkv.policy") is None

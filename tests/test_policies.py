@@ -138,9 +138,9 @@ def test_pbkv_paper_score_is_the_formula():
     touch(policy, [Node("x")], "w1", "a", 3)  # w1 moves on to agent a
     touch(policy, [Node("y")], "w2", "b", 4)  # w2 moves on to agent b
     # v_w1 from a: b = 0.6 + 0.5*0.2 = 0.7, c = 0.3 + 0.5*0.5 = 0.55; v_w2 from b: c = 1.0
-    assert policy.score(hb) == pytest.approx(0.7)
-    assert policy.score(hc) == pytest.approx(1.0)
-    assert policy.score(shared) == pytest.approx(0.7 + 1.0)  # summed over workflows (w1 as b, w2 as c)
+    assert policy.ranking.score(hb) == pytest.approx(0.7)
+    assert policy.ranking.score(hc) == pytest.approx(1.0)
+    assert policy.ranking.score(shared) == pytest.approx(0.7 + 1.0)  # summed over workflows (w1 as b, w2 as c)
     assert eviction_order(policy, [shared, hc, hb, retired]) == ["retired", "hist_b", "hist_c", "shared"]
 
 
@@ -152,9 +152,10 @@ def test_pbkv_values_a_fixed_prompt_node_that_another_agent_reads_past_its_own_f
     )
     shared, tail = Node("shared"), Node("tail")
     touch(policy, [shared], "w1", "a", 0, fixed_tokens=10)
-    assert policy.score(shared) == 0.0  # a's demand: w1 ends after a
+    assert policy.ranking.score(shared) == 0.0  # a's demand: w1 ends after a
     touch(policy, [shared, tail], "w2", "b", 1)
-    assert policy.score(shared) == pytest.approx(1.0)  # b's workflow reads it again next step, past b's fixed prompt
+    # b's workflow reads it again next step, past b's fixed prompt
+    assert policy.ranking.score(shared) == pytest.approx(1.0)
 
 
 def test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_it_read():
@@ -165,13 +166,13 @@ def test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_
     policy = PBKVPolicy(predictor=FixedForecast(forecast), ingredients=steady)
     system, history = Node("system"), Node("history")
     touch(policy, [system, history], "w", "coder", 0.0, fixed_tokens=10)
-    demand = dict(policy._demand)
+    demand = dict(policy.demand.demand)
     policy.priority(system), policy.priority(history)  # the engine's heap keyed both
     policy.take_changed_keys()
     policy.on_request(Tags(workflow="w", agent="coder", fixed_tokens=10), 1.0)
-    assert policy._demand == demand
-    assert tags_of(history).key_epoch != policy._epoch, "the history's key is recomputed at its next use"
-    assert tags_of(system).key_epoch == policy._epoch
+    assert policy.demand.demand == demand
+    assert tags_of(history).kept.epoch != policy.keys.epoch, "the history's key is recomputed at its next use"
+    assert tags_of(system).kept.epoch == policy.keys.epoch
     assert not any(t is tags_of(system) for t in policy.take_changed_keys())
 
 
@@ -194,7 +195,7 @@ def test_pbkv_reports_a_history_key_to_the_heap_only_where_its_value_may_have_fa
     policy.take_changed_keys()
     before = policy.priority(history)
     policy.on_request(Tags(workflow="w", agent="tester"), 1.0)  # the coder's term grew
-    assert tags_of(history).key_epoch != policy._epoch
+    assert tags_of(history).kept.epoch != policy.keys.epoch
     assert not any(t is tags_of(history) for t in policy.take_changed_keys())
     risen = policy.priority(history)
     assert risen > before
@@ -259,9 +260,9 @@ def test_pbkv_values_fixed_prompts_by_every_active_workflow():
         for i in range(3):  # three workflows at the planner, none has called the tester yet
             touch(policy, [Node(f"p{i}")], f"w{i}", "planner", 2 + i, fixed_tokens=10)
         policy.sys_tester = sys_tester
-    assert paper.score(paper.sys_tester) == 0.0  # no active workflow touched it
+    assert paper.ranking.score(paper.sys_tester) == 0.0  # no active workflow touched it
     assert paper.priority(paper.sys_tester)[0] == 0  # ... so it is "retired"
-    assert ours.score(ours.sys_tester) == pytest.approx(3 * 0.5)  # each: tester at step 2, gamma^1
+    assert ours.ranking.score(ours.sys_tester) == pytest.approx(3 * 0.5)  # each: tester at step 2, gamma^1
 
 
 def test_pbkv_arrivals_keep_the_entry_agents_prompt():
@@ -274,7 +275,7 @@ def test_pbkv_arrivals_keep_the_entry_agents_prompt():
         policy.on_end(WorkflowKey("", f"w{i}"), t + 1.5)
         t += 2.0
     # no active workflow will call the planner again, but new workflows will
-    assert policy.score(sys_planner) > 0.3
+    assert policy.ranking.score(sys_planner) > 0.3
 
 
 def test_pbkv_ranks_a_turn_that_forecasts_its_end_with_retired_cache_when_later_turns_read_that():
@@ -387,7 +388,7 @@ def test_retired_ages_rekey_a_node_when_its_age_enters_another_bucket():
     touch(policy, [node], "turn-1", "assistant", 0.0)
     policy.on_end(WorkflowKey("", "turn-1"), 0.0)
     young = policy.priority(node)
-    assert young[0] == 0 and tags_of(node).rekey_at == RetiredAges.bucket_end(0.0)
+    assert young[0] == 0 and tags_of(node).kept.rekey_at == RetiredAges.bucket_end(0.0)
     policy.take_changed_keys()
     touch(policy, [Node("other")], "turn-2", "other", 8.0)  # the clock moves on; the node is untouched
     changed = policy.take_changed_keys()
@@ -398,9 +399,9 @@ def test_retired_ages_rekey_a_node_when_its_age_enters_another_bucket():
 def test_retired_ages_reschedule_every_node_after_dropping_a_full_schedule(monkeypatch):
     """The schedule of re-keys is bounded: when it is full of live nodes it is dropped, and each node is
     scheduled again the next time its key is computed (none is left with a re-key that never comes)."""
-    import agentcache.policy.pbkv as pbkv
+    import agentcache.policy.pbkv.keys as keys
 
-    monkeypatch.setattr(pbkv, "MAX_REKEYS", 4)
+    monkeypatch.setattr(keys, "MAX_REKEYS", 4)
     policy = make_policy("pbkv")
     policy.retired_ages.read(["assistant"], 10.0, 100)
     policy.retired_ages.freeze()
@@ -410,13 +411,12 @@ def test_retired_ages_reschedule_every_node_after_dropping_a_full_schedule(monke
         policy.on_end(WorkflowKey("", f"turn-{i}"), float(i))
     for node in nodes:
         policy.priority(node)
-    assert len(policy._rekeys) <= 4
-    policy.forget_all_keys()
-    policy._epoch += 1  # a new epoch: every key is computed again
+    assert len(policy.keys.rekeys) <= 4
+    policy.keys.new_epoch()  # every key is computed again
     for node in nodes:
         policy.priority(node)
-    scheduled = {id(t) for _, _, t in policy._rekeys}
-    assert scheduled and all(tags_of(node).rekey_at == 0.0 or id(tags_of(node)) in scheduled for node in nodes)
+    scheduled = {id(t) for _, _, t in policy.keys.rekeys}
+    assert scheduled and all(tags_of(node).kept.rekey_at == 0.0 or id(tags_of(node)) in scheduled for node in nodes)
 
 
 def test_belady_evicts_the_farthest_next_use():
@@ -495,15 +495,21 @@ def test_policy_work_per_request_does_not_grow_with_retired_workflows():
                     policy.priority(node)
             policy.on_end(WorkflowKey("", f"w{i}"), i + 0.75)
 
-    work = ("weights_computed", "keys_computed")
+    work = {"weights_computed": policy.timing, "keys_computed": policy}
 
     def per_request(n: int) -> dict[str, float]:
-        before = {name: getattr(policy, name) for name in work}
+        before = {name: getattr(owner, name) for name, owner in work.items()}
         workflows(n)
-        return {name: (getattr(policy, name) - before[name]) / (2 * n) for name in work}
+        return {name: (getattr(owner, name) - before[name]) / (2 * n) for name, owner in work.items()}
 
     def table_sizes() -> dict[str, int]:
-        owners = {"policy": policy, "registry": policy.registry, "reuse": policy.reuse}
+        owners = {
+            "policy": policy,
+            "registry": policy.registry,
+            **{part: getattr(policy, part) for part in ("reuse", "forecasts", "timing", "demand", "keys")},
+            "retired_reads": policy.retired_reads,
+            "retired_ages": policy.retired_ages,
+        }
         return {
             f"{owner}.{name}": len(value)
             for owner, obj in owners.items()

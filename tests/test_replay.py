@@ -656,12 +656,13 @@ def test_every_key_pbkv_keeps_is_the_key_it_would_compute_afresh(family, timed, 
         policy, tree = self.policy, self.tree_core
         for node in tree.evictable_device_leaves if self.eviction_heap is not None else ():
             t = getattr(node, TAGS_ATTR, None)
-            if t is None or t.key is None or t.key_epoch != policy._epoch or t.key[-1] != node.last_access_time:
+            if t is None or policy.keys.current(t, node.last_access_time) is None:
                 continue  # not kept as current: recomputed at its next use
             compared[0] += 1
-            fresh = policy._priority(node, t)
-            if fresh != t.key:
-                stale.append((t.key, fresh))
+            fresh = policy.ranking.key(node, t)
+            kept = policy.keys.current(t, node.last_access_time)
+            if fresh != kept:
+                stale.append((kept, fresh))
         return original_start(self, request_cnt)
 
     monkeypatch.setattr(adapter.TaggedFullComponent, "_evict_device_start", checked_start)

@@ -90,8 +90,6 @@ class TaggedFullComponent(FullComponent):
                     self.policy.adopt(copied)
                 except Exception as exc:
                     self.drop_policy("a node split", exc)
-            else:
-                tags.key_epoch = -1
 
     def evict_component(
         self, node: Any, device_frees: Any, host_frees: Any, cache_actions: Any, target: Any = EvictLayer.DEVICE

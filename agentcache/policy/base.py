@@ -21,13 +21,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
 
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
 from agentcache.tags import Tags, WorkflowKey
+
+if TYPE_CHECKING:  # the policy that keeps keys imports this module
+    from agentcache.policy.pbkv.keys import KeptKey
 
 TAGS_ATTR = "agentcache_tags"
 
@@ -36,12 +39,6 @@ TAGS_ATTR = "agentcache_tags"
 MAX_WORKFLOWS_PER_NODE = 64
 # Agents whose fixed-prompt node is remembered for prefetching; the least recently seen go first.
 MAX_TRACKED_AGENTS = 4096
-# Changed keys remembered for the engine between two eviction rounds; past this the engine re-keys every
-# leaf instead (bounded memory when nothing evicts for a long while).
-MAX_CHANGED_KEYS = 65_536
-# NodeTags.key_epoch of a key forgotten since it was last computed (-1: never computed), reported to the
-# engine (FORGOTTEN) or, where it can only have grown, not (RISEN).
-FORGOTTEN, RISEN = -2, -3
 
 
 @dataclass(slots=True, eq=False)
@@ -60,11 +57,10 @@ class NodeTags:
     created: float = 0.0  # policy clock at the first touch
     in_prompt: bool = False  # some request's prompt covered c (else c is generated output no prompt re-sent yet)
     evicted: bool = False  # the engine evicted c from the device (what was read of it is no longer knowable)
-    # The policy's eviction key for c, kept until something it depends on changes (see PBKVPolicy.priority).
-    key: tuple | None = None
-    key_epoch: int = -1
-    rekey_at: float = 0.0  # policy clock at which the key changes with the node's age alone (0: never)
-    node_id: Any = None  # the engine node's id: what the engine's eviction heap re-keys when the key changes
+    node_id: Any = None  # the engine node's id: what the engine's eviction heap re-keys when c's key changes
+    # A policy that keeps keys (CachePolicy.keeps_keys): c's kept eviction key, which only its key module
+    # (agentcache.policy.pbkv.keys) reads or writes; on the node so that a key asked for costs no lookup.
+    kept: KeptKey | None = None
 
     def copy(self) -> NodeTags:
         return NodeTags(
@@ -115,6 +111,7 @@ class Latest(NamedTuple):
 
 
 FIXED, CONTEXT, FRESH, OUTPUT = 0, 1, 2, 3
+NO_LATEST: dict[str, Latest] = {}  # shared, never written: the latest paths of a workflow with none
 
 
 def tags_of(node: Any) -> NodeTags | None:
@@ -150,9 +147,9 @@ class CachePolicy(ABC):
     """Base class: keeps the workflow registry and node tags current; subclasses rank nodes."""
 
     name: ClassVar[str]
-    # Whether priority() keeps each node's key until forget_key() or forget_all_keys() says it changed (the
-    # node's own last_access_time aside, which only grows): the engine then keeps its eviction heap across
-    # eviction rounds and re-keys only those nodes (agentcache.engine.adapter.EvictionHeap).
+    # Whether priority() keeps each node's key until it changes (the node's own last_access_time aside, which
+    # only grows), and take_changed_keys() says which changed: the engine then keeps its eviction heap across
+    # eviction rounds and re-keys only those nodes (agentcache.engine.heap.EvictionHeap).
     keeps_keys: ClassVar[bool] = False
 
     def __init__(self, registry: WorkflowRegistry | None = None):
@@ -167,8 +164,6 @@ class CachePolicy(ABC):
         # The replay's oracle sets this before each request it serves: what the request's pair reads of its path
         # next (-1: not told, as on a server).
         self.told_reread = -1
-        self._changed_keys: list[NodeTags] = []
-        self._all_keys_changed = True
 
     # -- events from the adapter
 
@@ -282,30 +277,13 @@ class CachePolicy(ABC):
     # -- ranking
 
     def forget_key(self, t: NodeTags) -> None:
-        """What the key of `t`'s node depends on changed: recompute it at its next use, and report it to the
-        engine's heap. (A policy marks a key that can only have grown RISEN instead, unreported: the heap
-        finds out when the node reaches its top.)"""
-        if t.key_epoch == FORGOTTEN:  # already reported since its key was last computed
-            return
-        t.key_epoch = FORGOTTEN
-        if self.keeps_keys and not self._all_keys_changed:
-            self._changed_keys.append(t)
-            if len(self._changed_keys) > MAX_CHANGED_KEYS:
-                self.forget_all_keys()
-
-    def forget_all_keys(self) -> None:
-        self._all_keys_changed = True
-        self._changed_keys = []
+        """What the key of `t`'s node depends on changed (the engine split it): a policy that keeps keys
+        recomputes it at its next use."""
 
     def take_changed_keys(self) -> list[NodeTags] | None:
         """The nodes whose key may have changed since the last call (repeats possible); None when any may
-        have (the engine then re-keys every leaf)."""
-        if not self.keeps_keys or self._all_keys_changed:
-            self._all_keys_changed = False
-            self._changed_keys = []
-            return None
-        changed, self._changed_keys = self._changed_keys, []
-        return changed
+        have (the engine then re-keys every leaf), as always for a policy that keeps no keys."""
+        return None
 
     @abstractmethod
     def priority(self, node: CacheNode) -> tuple:

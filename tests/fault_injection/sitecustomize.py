@@ -14,15 +14,16 @@ def _import_and_inject(name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, 
     pbkv = sys.modules.get("agentcache.policy.pbkv")
     if pbkv is not None and hasattr(pbkv, "PBKVPolicy"):  # imported in full: inject once, then step aside
         builtins.__import__ = _import
-        compute, calls = pbkv.PBKVPolicy._priority, []
+        ranking = sys.modules["agentcache.policy.pbkv.score"].Ranking
+        compute, calls = ranking.key, []
 
-        def _priority(self, node, t):  # noqa: ANN001, ANN202
+        def key(self, node, t):  # noqa: ANN001, ANN202
             calls.append(None)
             if len(calls) == _after:
                 raise KeyError("a fault injected into pbkv's key computation")
             return compute(self, node, t)
 
-        pbkv.PBKVPolicy._priority = _priority
+        ranking.key = key
     return module
 
 
