@@ -53,32 +53,27 @@ COMMANDS = {
 }
 PREDICTOR_MODULE = "agentcache.predictor.cli"  # adds its commands itself: `register(subparsers)`
 
-# The top-level modules each extra installs (pyproject.toml's optional dependencies, and what they pull in).
+# The top-level modules each extra installs that agentcache imports (pyproject.toml's optional dependencies, and
+# what SGLang brings with it).
 EXTRA_MODULES = {
     "cli": frozenset({"rich", "matplotlib", "numpy", "openai", "mypy_extensions"}),
-    "server": frozenset(
-        {"sglang", "sglang_router", "torch", "transformers", "tokenizers", "prometheus_client", "mypy_extensions"}
-    ),
+    "server": frozenset({"sglang", "sglang_router", "prometheus_client", "torch", "transformers", "tokenizers"}),
     "predictor": frozenset({"torch"}),
 }
+# The server extra installs SGLang for GPU machines; on a CPU-only machine the repository's setup script does.
+EXTRA_NOTES = {"server": " (without a GPU: bash scripts/setup.sh)"}
 
 
-class MissingExtra(Exception):
-    """A command's module, or one it imports, belongs to an extra that is not installed."""
-
-    def __init__(self, command: str, extra: str, module: str):
-        super().__init__(
-            f"agentcache {command} needs the '{extra}' extra (no module named '{module}'):"
-            f" pip install 'agentcache[{extra}]'"
-        )
-
-
-def missing_extra(command: str, exc: ModuleNotFoundError) -> MissingExtra | None:
-    """The extra to install for a module the command could not import; None for a module no extra provides."""
+def missing_extra(command: str, exc: ModuleNotFoundError) -> str | None:
+    """What to say where `command` could not import a module: the extra to install; None for a module that no
+    extra provides (a bug, to be shown whole)."""
     root = (exc.name or "").partition(".")[0]
     for extra in COMMANDS[command].extras:
         if root in EXTRA_MODULES[extra]:
-            return MissingExtra(command, extra, root)
+            return (
+                f"agentcache {command} needs the '{extra}' extra (no module named '{root}'):"
+                f" pip install 'agentcache[{extra}]'{EXTRA_NOTES.get(extra, '')}"
+            )
     return None
 
 
