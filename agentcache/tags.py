@@ -1,18 +1,27 @@
-"""The tags of an LLM request, one type from the SDK to the policy, and their wire format (version 1).
+"""The tags of an LLM request from the SDK to the policy, and their wire format (version 1).
 
 A client puts them in the request body's ``custom_params`` (``/v1/chat/completions``
-top level; ``/generate`` under ``sampling_params``) under one key:
+top level; ``/generate`` under ``sampling_params``) under one key, or, behind a
+proxy that drops body fields, in the header :data:`HEADER`:
 
     "custom_params": {"agentcache": {"v": 1, "workflow": "wf-42", "agent": "a:3f9c...",
                                      "agent_name": "coder", "fixed_messages": 2}}
 
 The object is flat (one level of scalars) because SGLang's msgpack IPC mode
-cannot carry nested containers inside ``custom_params``. The SDK writes
-:class:`Tags` with :meth:`Tags.to_wire`; the server's HTTP process reads them
-with :func:`parse`, resolves the fixed-prompt boundary to tokens and stamps the
-tenant and its clock (:meth:`Tags.to_stamped`); the scheduler reads that back
-with :func:`read_stamped` and hands the same type to the policy. Full
-reference: docs/design/wire-format.md.
+cannot carry nested containers inside ``custom_params``. The forms the tags
+take on their way (docs/architecture.md):
+
+- the SDK builds :class:`Tags` and writes them with :meth:`Tags.to_wire`;
+- the server's HTTP process reads the client's object with the one parser,
+  :func:`parse` (of :func:`header_object` for the header), resolves the
+  fixed-prompt boundary to tokens, and hands the scheduler one
+  :class:`Stamped` per request: the tags with the tenant and the server's
+  clock, the implicit tags it made for a request without any, or the reason it
+  refused them (:meth:`Stamped.to_wire`, read back with :meth:`Stamped.from_wire`);
+- the scheduler hands the policy the stamped :class:`Tags`, its boundary a
+  page-aligned token offset (agentcache.engine.fixed_prompt).
+
+Full reference: docs/design/wire-format.md.
 
 An agent is known by the name users know (the framework's node, agent or role
 name, ``agent_name``) wherever the SDK knows one, and by the fingerprint of its
@@ -92,27 +101,8 @@ class Tags:
                 out[name] = value
         return out
 
-    def to_stamped(self) -> dict[str, Any]:
-        """What the HTTP process hands the scheduler: the client's fields, the tenant and the clock."""
-        stamped = {**self.to_wire(), "tenant": self.tenant, "ts": self.ts}
-        if self.implicit:
-            stamped["implicit"] = True
-        return stamped
-
     def replace(self, **changes: Any) -> Tags:
         return replace(self, **changes)
-
-
-class Untagged(NamedTuple):
-    """A request the scheduler serves untagged, with the tenant it came from and why (None: it had no tags)."""
-
-    tenant: str
-    reason: str | None = None
-
-
-def untagged_marker(tenant: str, reason: str) -> dict[str, Any]:
-    """The HTTP process's note to the scheduler about a request whose tags it refused, and why."""
-    return {"tenant": tenant, "invalid": reason}
 
 
 class TagError(ValueError):
@@ -170,24 +160,49 @@ def parse(obj: Any) -> Tags:
     )
 
 
-def read_stamped(obj: Any) -> Tags | Untagged:
-    """The scheduler's reading of what the HTTP process wrote (:meth:`Tags.to_stamped` or an untagged marker).
-
-    A request that did not pass the HTTP process's intake (none does, short of a bug) counts as
-    untagged with the reason its tags would have had.
-    """
-    if not isinstance(obj, Mapping):
-        return Untagged("", "not_an_object" if obj is not None else None)
-    tenant = obj.get("tenant") if isinstance(obj.get("tenant"), str) else ""
-    if "invalid" in obj:
-        return Untagged(tenant, str(obj["invalid"]))
+def header_object(text: str) -> Any:
+    """The client's tag object sent in the :data:`HEADER` header (compact JSON), for :func:`parse`."""
     try:
-        tags = parse(obj)
-    except TagError as exc:
-        return Untagged(tenant, exc.reason)
-    ts = obj.get("ts")
-    ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
-    return replace(tags, tenant=tenant, ts=ts, implicit=obj.get("implicit") is True)
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
+        raise TagError("bad_header", f"the {HEADER} header is not JSON") from None
+
+
+class Stamped(NamedTuple):
+    """What the HTTP process hands the scheduler for one request: the tenant it came from and either its tags
+    (the client's, or the implicit ones the server made for a request without any: ``tags.implicit``),
+    stamped with the server's clock, or the reason it refused the client's (``reason``; both None: the
+    request came without tags and the server made none)."""
+
+    tenant: str
+    tags: Tags | None = None
+    reason: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The flat object SGLang carries to the scheduler in the request's custom_params."""
+        if self.tags is None:
+            return {"tenant": self.tenant, "invalid": self.reason}
+        stamped = {**self.tags.to_wire(), "tenant": self.tenant, "ts": self.tags.ts}
+        if self.tags.implicit:
+            stamped["implicit"] = True
+        return stamped
+
+    @staticmethod
+    def from_wire(obj: Any) -> Stamped:
+        """The scheduler's reading of :meth:`to_wire`. A request that did not pass the HTTP process's intake
+        (none does, short of a bug) counts as refused with the reason its tags would have had."""
+        if not isinstance(obj, Mapping):
+            return Stamped("", None, "not_an_object" if obj is not None else None)
+        tenant = obj.get("tenant") if isinstance(obj.get("tenant"), str) else ""
+        if "invalid" in obj:
+            return Stamped(tenant, None, str(obj["invalid"]))
+        try:
+            tags = parse(obj)
+        except TagError as exc:
+            return Stamped(tenant, None, exc.reason)
+        ts = obj.get("ts")
+        ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
+        return Stamped(tenant, replace(tags, tenant=tenant, ts=ts, implicit=obj.get("implicit") is True))
 
 
 def find(custom_params: Any) -> Any:

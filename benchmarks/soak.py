@@ -21,7 +21,8 @@ import time
 from dataclasses import replace
 
 from rich.console import Console
-from suite import DOCS, mean_prompt, write_between_markers
+from runner import RESULTS, write_between_markers
+from suite import mean_prompt
 
 from agentcache.policy import WorkflowRegistry, tags_of
 from agentcache.policy.base import MAX_TRACKED_AGENTS, MAX_WORKFLOWS_PER_NODE
@@ -145,7 +146,7 @@ def bounds_section() -> list[str]:
     """The limits on the policy's state and work, read from the code that enforces them."""
     from agentcache.server_ext.cache import MAX_PENDING_REQUESTS, PREDICTOR_BUDGET_MS
     from agentcache.server_ext.config import DEFAULT_LEASE_S
-    from agentcache.server_ext.http import RenderedPrefixes
+    from agentcache.server_ext.intake import RenderedPrefixes
     from agentcache.server_ext.records import MAX_AGENTS_PER_RECORD, MAX_RECORD_BYTES, MAX_RECORDS, MAX_TENANTS
 
     prefixes = RenderedPrefixes()
@@ -224,8 +225,8 @@ def main() -> None:
         "",
         *bounds_section(),
     ]
-    write_between_markers(DOCS / "reliability.md", "soak", "\n".join(lines))
-    (DOCS / "reliability.json").write_text(json.dumps({"soak": soaked, "adversarial": hostile}, indent=1))
+    write_between_markers(RESULTS / "reliability.md", "soak", "\n".join(lines))
+    (RESULTS / "reliability.json").write_text(json.dumps({"soak": soaked, "adversarial": hostile}, indent=1))
     console.print(f"wrote docs/results/reliability.md in {time.time() - started:.0f} s")
 
 

@@ -3,10 +3,12 @@
 Runs in each scheduler process. It keeps SGLang's cache (and HiCache) whole,
 on the Python tree core, and adds:
 
-- per request: the validated tags, registered once when the scheduler creates
-  the request (``observe``);
-- per insert: a node boundary at the fixed-prompt offset, and the path tagged
-  with the request's workflow and agent (``checkpoint_into_tree``);
+- per request: the tags the HTTP process stamped (agentcache.tags.Stamped),
+  registered once when the scheduler creates the request (``observe``), their
+  boundary made a page-aligned token offset;
+- per insert: a node boundary at that offset, and the path tagged with the
+  request's workflow and agent (``checkpoint_into_tree``, through the routine
+  the replay uses too: agentcache.engine.fixed_prompt);
 - control operations (end a workflow, statistics) applied in the scheduler
   thread, in the order SGLang delivers them to every rank.
 
@@ -35,27 +37,24 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from agentcache import compiled
-from agentcache import tags as tags_module
 from agentcache.cost import DEFAULT_COST
 from agentcache.engine.adapter import (
     FULL,
     TaggedFullComponent,
     cached_nodes,
-    ends_at,
     held_by_class,
     install_policy,
-    path_nodes,
     queue_prefetch,
-    split_at,
     take_prefetched,
 )
+from agentcache.engine.fixed_prompt import fixed_offset, split_and_tag
 from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.base import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
 from agentcache.server_ext.records import TenantCounters, WorkflowRecords
-from agentcache.tags import Tags, WorkflowKey
+from agentcache.tags import Stamped, Tags, WorkflowKey, find
 
 logger = logging.getLogger("agentcache")
 
@@ -117,19 +116,19 @@ class AgentCache(UnifiedRadixCache):
 
     def observe(self, req: Any) -> None:
         """Register a new request's tags (called once per request, on every rank)."""
-        params = getattr(req.sampling_params, "custom_params", None)
-        read = tags_module.read_stamped(tags_module.find(params))
-        tenant = read.tenant
+        stamped = Stamped.from_wire(find(getattr(req.sampling_params, "custom_params", None)))
+        tenant = stamped.tenant
         self._count("requests", tenant=tenant)
-        if isinstance(read, tags_module.Untagged):
-            if read.reason is None:
+        if stamped.tags is None:
+            if stamped.reason is None:
                 self._count("untagged_requests", tenant=tenant)
             else:
-                self._invalid(read.reason, tenant)
+                self._invalid(stamped.reason, tenant)
             return
-        self.now = max(self.now, read.ts if read.ts is not None else time.time())
-        # The policy clock is the HTTP process's, identical on every rank; the boundary lies within the prompt.
-        tags = read.replace(ts=self.now, fixed_tokens=min(read.fixed, len(req.origin_input_ids)))
+        self.now = max(self.now, stamped.tags.ts if stamped.tags.ts is not None else time.time())
+        # The policy clock is the HTTP process's, identical on every rank; the boundary where the tree splits.
+        fixed = fixed_offset(stamped.tags.fixed, len(req.origin_input_ids), self.page_size)
+        tags = stamped.tags.replace(ts=self.now, fixed_tokens=fixed)
         self._requests[req.rid] = tags
         if len(self._requests) > MAX_PENDING_REQUESTS:
             self._requests.popitem(last=False)
@@ -151,33 +150,32 @@ class AgentCache(UnifiedRadixCache):
         tags = self._requests.get(req.rid)
         if tags is None or self.disable or req.last_node is None:
             return
-        path = path_nodes(self, req.last_node)
-        held = sum(len(n.key) for n in path)
-        fixed = tags.fixed - tags.fixed % self.page_size
-        if fixed < held and not ends_at(path, fixed):  # most requests share a fixed prompt split before
-            key = RadixKey(
-                req.full_untruncated_fill_ids[:held],
-                req.extra_key,
-                is_bigram=self.tree_core.is_eagle,
-                cache_salt=req.cache_salt,
-            )
-            split_at(self, key, self.path_device_indices(req.last_node), fixed, priority=req.priority or 0)
-            path = path_nodes(self, req.last_node)
+        key = RadixKey(
+            req.full_untruncated_fill_ids, req.extra_key, is_bigram=self.tree_core.is_eagle, cache_salt=req.cache_salt
+        )
+        # Unfinished, the prompt is computed and shareable, and the request runs on; finished, SGLang split its
+        # prompt from its output already. A split reads the tree's own slots.
         finished = req.finished()
-        if not finished:  # the prompt is computed and shareable; the request runs on
-            self._consult("tagging a path", self.policy.tag_path, path, tags, tags.ts, None)
+        matched = getattr(req, "cached_tokens", 0) if finished else None
+        prompt = len(req.origin_input_ids) if finished else None
+        path = split_and_tag(
+            self, req.last_node, key, None, tags.fixed, self._tag_path, tags, tags.ts, matched, prompt,
+            priority=req.priority or 0,
+        )  # fmt: skip
+        if matched is None or prompt is None:  # unfinished
             return
-        matched = getattr(req, "cached_tokens", 0)
         used = take_prefetched(path[: _nodes_within(path, matched)])
         if used:
             self._count("prefetch_used_tokens", used, metric="tokens")
-        self._consult("tagging a path", self.policy.tag_path, path, tags, tags.ts, matched, len(req.origin_input_ids))
         if tags.implicit:
             self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
         tenant = tags.tenant
-        self._count("prompt_tokens", len(req.origin_input_ids), metric="tokens", tenant=tenant)
+        self._count("prompt_tokens", prompt, metric="tokens", tenant=tenant)
         self._count("hit_tokens", matched, metric="tokens", tenant=tenant)
         self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens", tenant=tenant)
+
+    def _tag_path(self, *args: Any) -> None:
+        self._consult("tagging a path", self.policy.tag_path, *args)
 
     def prefetch_step(self) -> int:
         """Queue load-backs of the host-only cache the forecasts want next, within idle space and bandwidth.

@@ -1,15 +1,172 @@
-"""Control operations, applied in each scheduler process's own thread (so never concurrently with the tree)."""
+"""Control operations between the HTTP process and the scheduler processes.
+
+In the HTTP process, :class:`ControlChannel` sends each call (end a workflow,
+statistics, a workflow's view, the clock tick, a ping) to every scheduler over
+SGLang's own channel and matches each reply to its call; :class:`ExpiryTicker`
+sends the clock so that leases run out on an idle server too. In each
+scheduler, :func:`handle_control` applies the call in the scheduler's own
+thread (so never concurrently with the tree), in the order SGLang delivers it
+to every rank.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentcache.server_ext.ipc import AgentCacheControl, AgentCacheControlOutput
 from agentcache.tags import WorkflowKey
 
 logger = logging.getLogger("agentcache")
+
+CONTROL_TIMEOUT_ENV = "AGENTCACHE_CONTROL_TIMEOUT_S"
+DEFAULT_CONTROL_TIMEOUT_S = 30.0
+
+
+# ---------------------------------------------------------------- the HTTP process's end
+
+
+class ControlError(RuntimeError):
+    """A control call that got no (good) answer: the scheduler timed out, or said what went wrong."""
+
+    def __init__(self, message: str, reason: str = "error"):
+        super().__init__(message)
+        self.reason = reason  # "timeout", "not_enabled" (no agentcache cache in the scheduler), or "error"
+
+
+@dataclass
+class _Call:
+    done: asyncio.Future
+    expected: int
+    replies: list[Any] = field(default_factory=list)
+
+
+class ControlChannel:
+    """Control calls to every scheduler over SGLang's own channel, each reply matched to its call by id.
+
+    A call that times out is forgotten, so its reply, should the scheduler send it later, is dropped
+    (and counted) instead of answering whoever calls next: no caller can receive another's answer.
+    Calls may be in flight together; each collects one reply per data-parallel group.
+    """
+
+    def __init__(self, send: Callable[[Any], None], fan_out: int):
+        self._send = send
+        self._fan_out = fan_out
+        self._calls: dict[str, _Call] = {}
+        self.late_replies = 0
+
+    async def call(self, op: str, payload: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+        rid = f"agentcache-{uuid.uuid4().hex}"
+        call = self._calls[rid] = _Call(asyncio.get_running_loop().create_future(), self._fan_out)
+        try:
+            self._send(AgentCacheControl(rid=rid, op=op, payload=json.dumps(payload)))
+            outs = await asyncio.wait_for(call.done, timeout_s)
+        except TimeoutError:
+            raise ControlError(f"the scheduler did not answer within {timeout_s:.0f} s", "timeout") from None
+        finally:
+            del self._calls[rid]
+        replies = [json.loads(o.result) for o in outs]
+        for out, reply in zip(outs, replies):
+            if not out.ok:
+                raise ControlError(reply.get("error", "control operation failed"), reply.get("reason", "error"))
+        return replies
+
+    def on_reply(self, out: Any) -> None:
+        call = self._calls.get(out.rid)
+        if call is None or call.done.done():
+            self.late_replies += 1  # its caller gave up: the answer is nobody else's
+            return
+        call.replies.append(out)
+        if len(call.replies) == call.expected:
+            call.done.set_result(call.replies)
+
+
+def control_timeout_s() -> float:
+    raw = os.environ.get(CONTROL_TIMEOUT_ENV)
+    try:
+        return float(raw) if raw else DEFAULT_CONTROL_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_CONTROL_TIMEOUT_S
+
+
+def control_channel() -> ControlChannel:
+    """The HTTP process's channel to its schedulers, made on first use (the tokenizer manager exists by then)."""
+    from sglang.srt.entrypoints import http_server
+    from sglang.srt.runtime_context import get_parallel
+    from sglang.utils import TypeBasedDispatcher
+
+    tm = http_server.get_global_state().tokenizer_manager
+    channel = getattr(tm, "_agentcache_channel", None)
+    if channel is None:
+        channel = ControlChannel(tm._dispatch_to_scheduler, get_parallel().num_dp_ranks)
+        tm._result_dispatcher += TypeBasedDispatcher([(AgentCacheControlOutput, channel.on_reply)])
+        tm._agentcache_channel = channel
+    tm.auto_create_handle_loop()
+    return channel
+
+
+async def control(op: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send one control operation to every scheduler; the replies of each data-parallel rank zero."""
+    return await control_channel().call(op, payload, control_timeout_s())
+
+
+class ExpiryTicker:
+    """Sends the HTTP process's clock to the schedulers now and then, so leases run out on an idle server.
+
+    Leases are checked against the policy clock, which moves with tagged requests; without ticks a
+    workflow nobody ended would stay active until the next tagged request. The tick is a control
+    message, so every tensor-parallel rank applies it at the same point of its request stream.
+    Started by the first generate or control request (in the event loop); stops for good when the
+    schedulers do not run the agentcache cache.
+    """
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task | None = None
+        self.stopped = False
+
+    @staticmethod
+    def interval_s() -> float:
+        from agentcache.server_ext.config import DEFAULT_LEASE_S, LEASE_ENV
+
+        try:
+            lease = float(os.environ.get(LEASE_ENV) or DEFAULT_LEASE_S)
+        except ValueError:
+            lease = DEFAULT_LEASE_S
+        return min(max(lease / 4.0, 0.5), 30.0)
+
+    def start(self) -> None:
+        if self._task is not None or self.stopped:
+            return
+        try:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        except RuntimeError:  # no event loop here (never the case in the HTTP process)
+            return
+
+    async def _run(self) -> None:
+        interval = self.interval_s()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await control("expire", {"ts": time.time()})
+            except ControlError as exc:
+                if exc.reason == "not_enabled":  # a server without the agentcache cache: nothing to expire
+                    self.stopped = True
+                    return
+            except Exception:  # the ticker must never die of a transient fault
+                logger.exception("agentcache: lease tick failed")
+
+
+expiry_ticker = ExpiryTicker()
+
+
+# ---------------------------------------------------------------- each scheduler's end
 
 
 def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlOutput:

@@ -2,8 +2,9 @@
 
 SGLang calls ``register()`` once in every process it starts. In the launcher
 (which also serves HTTP) it adds the ``--agentcache-*`` flags, the tag intake
-hooks and the control routes; in the scheduler processes it registers the
-``agentcache`` radix-cache backend and the handlers that feed it. SGLang
+and request guard hooks (intake.py, guards.py) and the control routes
+(routes.py); in the scheduler processes it registers the ``agentcache``
+radix-cache backend (cache.py) and the handlers that feed it (control.py). SGLang
 swallows exceptions raised here, so failures are logged loudly instead.
 """
 
@@ -87,7 +88,7 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
 def _before_http_server(*args, **kwargs):  # noqa: ANN001 - BEFORE hook on http_server._setup_and_run_http_server
     from sglang.srt.entrypoints import http_server
 
-    from agentcache.server_ext.http import add_routes
+    from agentcache.server_ext.routes import add_routes
 
     add_routes(http_server.app)
 
@@ -109,7 +110,7 @@ def _freeze_gc_once_listening(original, server_args, *args, **kwargs):  # noqa: 
 def _register_launcher() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from agentcache.server_ext import http
+    from agentcache.server_ext import guards, intake
 
     HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", _add_cli_args, HookType.AFTER)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", _capture_cli_args, HookType.BEFORE)
@@ -121,17 +122,17 @@ def _register_launcher() -> None:
     )
     HookRegistry.register(
         "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",
-        http._after_chat_conversion,
+        intake.after_chat_conversion,
         HookType.AFTER,
     )
     HookRegistry.register(
         "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request",
-        http._before_generate,
+        intake.before_generate,
         HookType.BEFORE,
     )
     HookRegistry.register(
         "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
-        http._before_validate,
+        guards.before_validate,
         HookType.BEFORE,
     )
 

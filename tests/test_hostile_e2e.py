@@ -56,12 +56,12 @@ def test_the_empty_prompt_check_sees_prompts_as_tokenized():
     """Text can tokenize to nothing (an empty string, where the tokenizer adds no BOS token)."""
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from agentcache.server_ext.http import _before_validate
+    from agentcache.server_ext.guards import before_validate
 
     with pytest.raises(ValueError, match="the prompt is empty"):
-        _before_validate(None, GenerateReqInput(text=""), [])
-    _before_validate(None, GenerateReqInput(text="", session_params={"id": "s"}), [])  # a session supplies it
-    _before_validate(None, GenerateReqInput(text="x"), [7])
+        before_validate(None, GenerateReqInput(text=""), [])
+    before_validate(None, GenerateReqInput(text="", session_params={"id": "s"}), [])  # a session supplies it
+    before_validate(None, GenerateReqInput(text="x"), [7])
 
 
 NASTY_HEADERS = {

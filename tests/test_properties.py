@@ -242,7 +242,8 @@ def assert_intake_outcome(params: dict, tenant: str) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(headers, st.sampled_from(["", "Bearer k1"]))
 def test_any_tag_header_is_accepted_or_refused_with_a_reason_never_an_error(header, authorization):
-    from agentcache.server_ext.http import accept_tags, tenant_of_request
+    from agentcache.server_ext.intake import accept_tags
+    from agentcache.server_ext.tenancy import tenant_of_request
 
     request = starlette_request(header, authorization)
     params: dict = {"max_new_tokens": 1}
@@ -253,7 +254,8 @@ def test_any_tag_header_is_accepted_or_refused_with_a_reason_never_an_error(head
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(json_ish, tag_objects, st.builds(lambda d: {"invalid": d, "tenant": "victim"}, st.text(max_size=30))))
 def test_any_tag_object_in_the_body_is_accepted_or_refused_with_a_reason_never_an_error(obj):
-    from agentcache.server_ext.http import accept_tags, tenant_of_request
+    from agentcache.server_ext.intake import accept_tags
+    from agentcache.server_ext.tenancy import tenant_of_request
 
     request = starlette_request(None, "Bearer k2")
     params = {"custom_params": {"agentcache": obj}}
@@ -262,7 +264,7 @@ def test_any_tag_object_in_the_body_is_accepted_or_refused_with_a_reason_never_a
 
 
 def test_rendered_prefixes_stay_within_their_bounds_whatever_is_rendered():
-    from agentcache.server_ext.http import RenderedPrefixes
+    from agentcache.server_ext.intake import RenderedPrefixes
 
     cache = RenderedPrefixes(max_entries=8, max_tokens=10_000, max_tokens_each=4_000)
     for i in range(200):

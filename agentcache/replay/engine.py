@@ -41,7 +41,6 @@ from agentcache.engine.adapter import (
     FULL,
     PREFETCHED_ATTR,
     TaggedFullComponent,
-    ends_at,
     held_by_class,
     install_policy,
     path_nodes,
@@ -49,6 +48,7 @@ from agentcache.engine.adapter import (
     split_at,
     take_prefetched,
 )
+from agentcache.engine.fixed_prompt import split_and_tag
 from agentcache.policy import CachePolicy, NodeClass
 from agentcache.replay.tokens import EncodedRequest
 from agentcache.tags import Tags
@@ -362,15 +362,12 @@ class ReplayCache:
             InsertParams(key=key, value=prompt_values, prev_prefix_len=admission.owned, inserted_len=admission.inserted)
         )
         end = inserted.last_device_node
-        path = path_nodes(cache, end)
-        if not ends_at(path, enc.fixed_len):
-            split_at(cache, key, prompt_values, enc.fixed_len)
-            path = path_nodes(cache, end)
+        tags = admission.tags
+        split_and_tag(cache, end, key, prompt_values, tags.fixed, self.policy.tag_path, tags, now)
         lock = cache.lock(end)
         cache.unlock(admission.lock)
         # Where another request inserted the same tokens first, the tree kept its slots (and freed ours).
         values = torch.cat([cache.path_device_indices(end).to(torch.int64), admission.values[enc.prompt_len :]])
-        self.policy.tag_path(path, admission.tags, now, None)
         return admission._replace(values=values, lock=lock, owned=enc.prompt_len, inserted=enc.prompt_len)
 
     def finish(self, admission: Admission, now: float, output_slots: Sequence[int] = ()) -> None:
@@ -387,12 +384,12 @@ class ReplayCache:
             inserted = cache.insert(
                 InsertParams(key=key, value=values, prev_prefix_len=admission.owned, inserted_len=admission.inserted)
             )
-            split_at(cache, key, values, enc.prompt_len, priority=1)
-            path = path_nodes(cache, inserted.last_device_node)
-            if not ends_at(path, enc.fixed_len):
-                split_at(cache, key, values, enc.fixed_len)
-                path = path_nodes(cache, inserted.last_device_node)
-            self.policy.tag_path(path, admission.tags, now, cached, enc.prompt_len)
+            tags = admission.tags
+            end = inserted.last_device_node
+            split_and_tag(
+                cache, end, key, values, tags.fixed, self.policy.tag_path, tags, now, cached, enc.prompt_len,
+                prompt_end=enc.prompt_len,
+            )  # fmt: skip
         finally:
             cache.unlock(admission.lock)
             if self.host_tier:

@@ -1,0 +1,61 @@
+"""The control routes under ``/agentcache/v1``: end a workflow, a workflow's view, statistics, health.
+
+They sit behind SGLang's API-key middleware like every other route, and reach
+the schedulers through the control channel (server_ext/control.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import ORJSONResponse
+
+from agentcache.server_ext.control import ControlError, control, expiry_ticker
+from agentcache.server_ext.tenancy import is_operator, tenant_of_request
+from agentcache.tags import VERSION, TagError, parse
+
+
+async def _answer(op: str, payload: dict[str, Any]) -> Any:
+    """The schedulers' answer to one control operation: rank zero's, or every rank's; 503 if none came."""
+    expiry_ticker.start()
+    try:
+        replies = await control(op, payload)
+    except ControlError as exc:
+        return ORJSONResponse({"error": str(exc)}, status_code=503)
+    return replies[0] if len(replies) == 1 else {"ranks": replies}
+
+
+def add_routes(app: Any) -> None:
+    async def end_workflow(workflow_id: str, request: Request) -> Any:
+        try:
+            parse({"v": VERSION, "workflow": workflow_id, "agent": "-"})
+        except TagError as exc:
+            return ORJSONResponse({"error": str(exc)}, status_code=400)
+        answer = await _answer(
+            "end", {"workflow": workflow_id, "tenant": tenant_of_request(request), "ts": time.time()}
+        )
+        if isinstance(answer, ORJSONResponse):
+            return answer
+        ranks = answer.get("ranks", [answer])
+        return {"workflow": workflow_id, "ended": any(r["ended"] for r in ranks)}
+
+    async def workflow(workflow_id: str, request: Request) -> Any:
+        return await _answer("workflow", {"workflow": workflow_id, "tenant": tenant_of_request(request)})
+
+    async def stats(request: Request) -> Any:
+        return await _answer("stats", {"tenant": tenant_of_request(request), "operator": is_operator(request)})
+
+    async def health(request: Request) -> Any:
+        answer = await _answer("ping", {})
+        if isinstance(answer, ORJSONResponse):
+            return answer
+        ranks = answer.get("ranks", [answer])
+        return {"status": "ok", "policy": ranks[0]["policy"], "schedulers": len(ranks)}
+
+    # `path`: the server decodes the path before routing, so a workflow id with a "/" (sent as %2F) spans segments.
+    app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}/end", end_workflow, methods=["POST"])
+    app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}", workflow, methods=["GET"])
+    app.add_api_route("/agentcache/v1/stats", stats, methods=["GET"])
+    app.add_api_route("/agentcache/v1/health", health, methods=["GET"])
