@@ -7,7 +7,7 @@ prompt are, and where it sent that workflow's earlier requests. It can then
 route each request itself, through the real router's ``manual`` policy: the
 SDK (agentcache_sdk._routing) sends ``x-smg-routing-key: agentcache-worker-<slot>``,
 and ``agentcache serve --workers N`` has placed those N keys on N different
-workers (server_ext/cluster.py: ``min_group`` alone does not, since it counts
+workers (server_ext/router.py: ``min_group`` alone does not, since it counts
 only keys with a request in flight), so a slot is a worker. No proxy of our
 own sits in the path.
 

@@ -9,7 +9,9 @@ the plugin) apply in CPU mode only.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -128,6 +130,30 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
 
 class ServerError(RuntimeError):
     pass
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on `port` now. Like uvicorn and SGLang, it may reuse a port whose last
+    connections still wait out TIME_WAIT (a server that just stopped leaves some): only a listener blocks it."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", low: int = 10000, high: int = 21999) -> int:
+    """A free port below the kernel's ephemeral range (and SGLang's own picks, 22000-29999).
+
+    A port from bind(0) can be handed to some outgoing connection in the
+    minutes before the router binds it; ports below that range it never hands out.
+    """
+    for port in random.sample(range(low, high + 1), 256):
+        if port_is_free(host, port):
+            return port
+    raise ServerError(f"no free port found in {low}-{high} on {host}")
 
 
 class Server:

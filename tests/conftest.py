@@ -30,8 +30,7 @@ def server(tmp_path_factory):
     """The real SGLang server with the plugin (CPU mode, tiny model, pbkv), once per test run."""
     import httpx
 
-    from agentcache.server_ext.cluster import free_port
-    from agentcache.server_ext.launcher import ServeOptions, Server
+    from agentcache.server_ext.launcher import ServeOptions, Server, free_port
 
     capacity = 4000
     log = tmp_path_factory.mktemp("server") / "sglang.log"

@@ -8,8 +8,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from agentcache.workloads import GenConfig, generate
 from agentcache.router_workers import RouterWorkers, parse_router_workers
+from agentcache.workloads import GenConfig, generate
 
 
 @pytest.fixture(scope="module")
@@ -406,8 +406,9 @@ def test_end_targets_fall_back_to_the_server_and_cache_the_answer():
 
 
 def test_a_cluster_is_checked_before_anything_starts():
-    from agentcache.server_ext.cluster import Cluster, ClusterError, router_command
     from agentcache.server_ext.launcher import ServeOptions
+    from agentcache.server_ext.router import Cluster, ClusterError
+    from agentcache.server_ext.router_process import router_command
 
     opts = ServeOptions(model_size="tiny", log_path="/tmp/serve.log")
     c = Cluster(opts, 2, 30000)
@@ -421,7 +422,7 @@ def test_a_cluster_is_checked_before_anything_starts():
     with pytest.raises(ClusterError, match="workers must be >= 1"):
         Cluster(opts, 0, 30000)
     cmd = router_command(c.worker_urls, host="127.0.0.1", port=30000, metrics_port=29001, api_key="k")
-    assert cmd[1:3] == ["-m", "agentcache.server_ext.cluster"]
+    assert cmd[1:3] == ["-m", "agentcache.server_ext.router_process"]
     for flag in (["--policy", "manual"], ["--prometheus-port", "29001"], ["--api-key", "k"]):
         assert " ".join(flag) in " ".join(cmd)
 
@@ -433,8 +434,8 @@ def test_a_cluster_stops_its_router_and_workers_at_once_within_one_grace_period(
     import sys
     import time
 
-    from agentcache.server_ext.cluster import Cluster
     from agentcache.server_ext.launcher import ServeOptions
+    from agentcache.server_ext.router import Cluster
 
     draining = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
@@ -465,7 +466,7 @@ def test_a_free_port_is_below_the_kernels_ephemeral_range():
     lost a test to "address already in use" on a port bind(0) had handed out."""
     from pathlib import Path
 
-    from agentcache.server_ext.cluster import free_port
+    from agentcache.server_ext.launcher import free_port
 
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     assert all(free_port() < ephemeral_low for _ in range(50))
@@ -474,7 +475,7 @@ def test_a_free_port_is_below_the_kernels_ephemeral_range():
 def test_a_port_a_server_just_left_is_free_and_one_a_server_listens_on_is_not():
     import socket
 
-    from agentcache.server_ext.cluster import free_port, port_is_free
+    from agentcache.server_ext.launcher import free_port, port_is_free
 
     port = free_port()
     server = socket.socket()
@@ -492,9 +493,10 @@ def test_a_port_a_server_just_left_is_free_and_one_a_server_listens_on_is_not():
 
 
 def test_the_slot_keys_are_placed_one_per_worker_or_the_cluster_fails(monkeypatch):
-    from agentcache.server_ext import cluster as cluster_module
-    from agentcache.server_ext.cluster import Cluster, ClusterError, routing_keys_active
+    from agentcache.server_ext import router as router_module
     from agentcache.server_ext.launcher import ServeOptions
+    from agentcache.server_ext.router import Cluster, ClusterError
+    from agentcache.server_ext.router_process import routing_keys_active
 
     metrics = """# TYPE smg_worker_routing_keys_active gauge
 smg_worker_routing_keys_active{worker="http://127.0.0.1:30001"} 1
@@ -518,7 +520,7 @@ smg_worker_requests_active{worker="http://127.0.0.1:30001"} 3
     gauges[:] = [{w1: 1.0, w2: 1.0}]  # someone else's key in flight too
     with pytest.raises(ClusterError, match="routing slot 0 on a worker of its own"):
         c._slot_worker(0, [], far)
-    monkeypatch.setattr(cluster_module, "PIN_WAIT_S", 0.2)
+    monkeypatch.setattr(router_module, "PIN_WAIT_S", 0.2)
     gauges[:] = [{w2: 0.0, w1: 1.0}]  # slot 0's held request ended: slot 1 took its place
     with pytest.raises(ClusterError, match="did not count routing slot 1 in flight"):
         c._slot_worker(1, [w2], far)
@@ -542,8 +544,8 @@ def test_the_sdk_counts_every_worker_the_router_lists_as_a_slot():
 def cluster(tmp_path_factory):
     """Two CPU workers (tiny model, pbkv) behind sglang-router on loopback."""
     pytest.importorskip("sglang_router")
-    from agentcache.server_ext.cluster import Cluster, free_port
-    from agentcache.server_ext.launcher import ServeOptions
+    from agentcache.server_ext.launcher import ServeOptions, free_port
+    from agentcache.server_ext.router import Cluster
 
     log = tmp_path_factory.mktemp("cluster") / "cluster.log"
     opts = ServeOptions(model_size="tiny", policy="pbkv", max_total_tokens=4000, log_path=str(log))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agentcache.server_ext.cluster import free_port
+from agentcache.server_ext.launcher import free_port
 from agentcache.trace import read_trace
 
 pytestmark = pytest.mark.server

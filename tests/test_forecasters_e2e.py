@@ -22,8 +22,7 @@ APP_GRAPH = {"planner": ["coder"], "coder": ["tester"], "tester": ["analyzer"], 
 def start(tmp_path, name: str, **options):
     from conftest import API_KEY
 
-    from agentcache.server_ext.cluster import free_port
-    from agentcache.server_ext.launcher import ServeOptions, Server
+    from agentcache.server_ext.launcher import ServeOptions, Server, free_port
 
     opts = ServeOptions(
         model_size="tiny", port=free_port(), max_total_tokens=4000, api_key=API_KEY, log_path=str(tmp_path / name)

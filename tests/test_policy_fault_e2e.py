@@ -12,8 +12,7 @@ from agentcache.bench.runner import BenchOptions, measure, vocab_size_of
 from agentcache.bench.workload import BenchError
 from agentcache.compiled import PURE_ENV
 from agentcache.policy.spec import PolicySpec
-from agentcache.server_ext.cluster import free_port
-from agentcache.server_ext.launcher import ensure_model
+from agentcache.server_ext.launcher import ensure_model, free_port
 
 FAULT_INJECTION = Path(__file__).parent / "fault_injection"
 

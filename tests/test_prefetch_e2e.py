@@ -21,8 +21,7 @@ def ids(seed: str, n: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def hicache(tmp_path_factory):
-    from agentcache.server_ext.cluster import free_port
-    from agentcache.server_ext.launcher import ServeOptions, Server
+    from agentcache.server_ext.launcher import ServeOptions, Server, free_port
 
     log = tmp_path_factory.mktemp("hicache") / "sglang.log"
     opts = ServeOptions(

@@ -12,8 +12,7 @@ pytestmark = pytest.mark.server
 
 
 def test_a_workflow_outlives_a_server_restart(tmp_path):
-    from agentcache.server_ext.cluster import free_port
-    from agentcache.server_ext.launcher import ServeOptions, Server
+    from agentcache.server_ext.launcher import ServeOptions, Server, free_port
 
     opts = ServeOptions(
         model_size="tiny", port=free_port(), max_total_tokens=4000, log_path=str(tmp_path / "sglang.log")

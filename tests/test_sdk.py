@@ -20,7 +20,7 @@ import openai
 import pytest
 
 import agentcache_sdk as ac
-from agentcache.server_ext.cluster import free_port
+from agentcache.server_ext.launcher import free_port
 from agentcache.tags import agent_of
 from agentcache.trace import read_trace
 from agentcache_sdk import _config, _counters, _end_events, _workflow

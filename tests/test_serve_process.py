@@ -70,14 +70,14 @@ def kill_tree(process: subprocess.Popen) -> None:
 def assert_all_gone(processes: list[psutil.Process], ports: list[int]) -> None:
     _, alive = psutil.wait_procs(processes, timeout=10)
     assert not alive, f"left running: {[p.pid for p in alive]}"
-    from agentcache.server_ext.cluster import port_is_free
+    from agentcache.server_ext.launcher import port_is_free
 
     taken = [p for p in ports if not port_is_free("127.0.0.1", p)]
     assert not taken, f"ports still taken: {taken}"
 
 
 def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
-    from agentcache.server_ext.cluster import free_port
+    from agentcache.server_ext.launcher import free_port
 
     port = free_port()
     output = tmp_path / "serve.log"
@@ -110,7 +110,7 @@ def test_one_sigterm_stops_serve_and_leases_run_out_on_an_idle_server(tmp_path):
 
 
 def test_serve_says_so_and_exits_nonzero_when_the_engine_dies(tmp_path):
-    from agentcache.server_ext.cluster import free_port
+    from agentcache.server_ext.launcher import free_port
 
     port = free_port()
     output = tmp_path / "serve.log"
@@ -131,7 +131,7 @@ def test_serve_says_so_and_exits_nonzero_when_the_engine_dies(tmp_path):
 
 
 def test_ctrl_c_stops_a_cluster_with_every_worker_and_the_router(tmp_path):
-    from agentcache.server_ext.cluster import free_port
+    from agentcache.server_ext.launcher import free_port
 
     port = free_port()
     output = tmp_path / "serve.log"
@@ -207,8 +207,7 @@ def test_a_server_that_fails_while_starting_is_not_left_running(tmp_path, monkey
     """`with Server(...)` never reaches __exit__ when starting raises (an engine that exited, a failed freeze of
     its garbage collector, Ctrl-C): the server was left running, holding its port, and the next run on that port
     failed ("address already in use")."""
-    from agentcache.server_ext.cluster import free_port
-    from agentcache.server_ext.launcher import ServeOptions, Server
+    from agentcache.server_ext.launcher import ServeOptions, Server, free_port
 
     server = Server(ServeOptions(model_size="tiny", port=free_port(), log_path=str(tmp_path / "sglang.log")))
     launched = []

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if args.workers > 1:
-        from agentcache.server_ext.cluster import serve_cluster_forever
+        from agentcache.server_ext.router import serve_cluster_forever
 
         return serve_cluster_forever(opts, args.workers, router_port=args.port)
     return serve_forever(opts)

@@ -148,7 +148,7 @@ class WorkflowAware(ModelledRouter):
     The client hears an answer, and its output length, when it arrives (at the request's finish); a workflow
     has at most one request in flight (the replay sends its next one after the answer), so placements are kept
     per workflow. Slot i's key is on worker i: ``agentcache serve --workers N`` places the slot keys one per
-    worker before it serves (server_ext/cluster.py, ``Cluster.start``).
+    worker before it serves (server_ext/router.py, ``Cluster.start``).
     """
 
     def __init__(

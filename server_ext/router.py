@@ -20,21 +20,15 @@ it, and fails unless each worker took one. The router forgets a key idle for
 ``--max-idle-secs`` (4 h), so a keep-alive request touches every slot key each
 ``SLOT_KEEPALIVE_S``.
 
-The router is started through :func:`run_router` (``python -m
-agentcache.server_ext.cluster``): sglang-router's own launcher imports SGLang
-for its debugging load balancer, 20 s on two cores, where the Rust router
-alone starts in 0.2 s.
+The router's own process (its command line, its entry point) is
+server_ext/router_process.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import random
-import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -47,12 +41,20 @@ from typing import Any
 
 import httpx
 
+from agentcache.router_workers import parse_router_workers
 from agentcache.routing import slot_key
-from agentcache.server_ext.launcher import ServeOptions, Server, ServerError, ensure_model, run_until_signal
+from agentcache.server_ext.launcher import (
+    ServeOptions,
+    Server,
+    ServerError,
+    ensure_model,
+    free_port,
+    port_is_free,
+    run_until_signal,
+)
+from agentcache.server_ext.router_process import ASSIGNMENT_MODES, router_command, routing_keys_active
 
-ASSIGNMENT_MODES = ("random", "min_load", "min_group")  # how the manual policy places a new routing key
 ROUTING_HEADER = "x-smg-routing-key"
-KEYS_ACTIVE = re.compile(r'^smg_worker_routing_keys_active\{[^}]*worker="([^"]+)"[^}]*\}\s+(\S+)', re.MULTILINE)
 PIN_MAX_NEW_TOKENS = 8192  # a held request must outlast the placing of the other slot keys (SGLang clips it
 PIN_FALLBACK_TOKENS = 1024  # to the KV pool; the model's context length is asked first)
 PIN_WAIT_S = 30.0  # for the router to count one slot key in flight
@@ -63,77 +65,12 @@ class ClusterError(RuntimeError):
     pass
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a server could listen on `port` now. Like uvicorn and SGLang, it may reuse a port whose last
-    connections still wait out TIME_WAIT (a server that just stopped leaves some): only a listener blocks it."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = "127.0.0.1", low: int = 10000, high: int = 21999) -> int:
-    """A free port below the kernel's ephemeral range (and SGLang's own picks, 22000-29999).
-
-    A port from bind(0) can be handed to some outgoing connection in the
-    minutes before the router binds it; ports below that range it never hands out.
-    """
-    for port in random.sample(range(low, high + 1), 256):
-        if port_is_free(host, port):
-            return port
-    raise ClusterError(f"no free port found in {low}-{high} on {host}")
-
-
 def _log_beside(log_path: str | None, role: str) -> str | None:
     """`serve.log` -> `serve.worker0.log`: one log per process when the caller asked for a log."""
     if log_path is None:
         return None
     path = Path(log_path)
     return str(path.with_name(f"{path.stem}.{role}{path.suffix or '.log'}"))
-
-
-def routing_keys_active(metrics: str) -> dict[str, float]:
-    """Per worker URL, the routing keys with a request in flight, from the router's Prometheus text."""
-    return {url: float(value) for url, value in KEYS_ACTIVE.findall(metrics)}
-
-
-def router_command(
-    worker_urls: Sequence[str],
-    *,
-    host: str,
-    port: int,
-    metrics_port: int,
-    api_key: str | None = None,
-    assignment_mode: str = "min_group",
-) -> list[str]:
-    """The command line that starts sglang-router in front of `worker_urls` with workflow pinning."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "agentcache.server_ext.cluster",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--worker-urls",
-        *worker_urls,
-        "--policy",
-        "manual",
-        "--assignment-mode",
-        assignment_mode,
-        "--prometheus-host",
-        host,
-        "--prometheus-port",
-        str(metrics_port),
-        "--log-level",
-        "warn",
-    ]
-    if api_key:
-        cmd += ["--api-key", api_key]  # the router checks it and also sends it to the workers
-    return cmd
 
 
 class Cluster:
@@ -263,11 +200,10 @@ class Cluster:
         """Worker URLs the router routes to now. Its /readiness turns 200 with the first one, so it is not enough."""
         try:
             r = httpx.get(f"{self.base_url}/workers", headers=self._headers(), timeout=5.0)
-            if r.status_code != 200:
-                return []
-            return [w["url"] for w in r.json().get("workers", []) if w.get("is_healthy")]
+            workers = parse_router_workers(r.json()) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return []
+        return workers.healthy if workers is not None else []
 
     def _place_slots(self, deadline: float) -> list[str]:
         """Put routing slot i on a worker of its own, for every i; the worker URL of each slot.
@@ -437,19 +373,3 @@ def serve_cluster_forever(opts: ServeOptions, workers: int, router_port: int) ->
     except (ClusterError, ServerError) as exc:
         print(f"agentcache: {exc}", file=sys.stderr)
         return 1
-
-
-def run_router(argv: Sequence[str]) -> None:
-    """sglang-router's launch_router, without importing SGLang: same flags, Rust router only."""
-    from sglang_router.router import Router
-    from sglang_router.router_args import RouterArgs
-
-    parser = argparse.ArgumentParser(prog="python -m agentcache.server_ext.cluster")
-    RouterArgs.add_cli_args(parser, use_router_prefix=False)
-    args = RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
-    args._validate_router_args()
-    Router.from_args(args).start()
-
-
-if __name__ == "__main__":
-    run_router(sys.argv[1:])
