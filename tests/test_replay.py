@@ -837,7 +837,7 @@ def test_the_replay_table_shows_every_policy_name_whole_in_a_narrow_terminal():
     from rich.console import Console
 
     from agentcache.replay.report import print_table
-    from agentcache.replay.runner import ReplayResult
+    from agentcache.replay.results import ReplayResult
 
     names = ["lru", "cachescout", "pbkv/-fixed-by-forecast", "lfu"]
     results = [ReplayResult(n, 7000, prompt_tokens=1_000_000, hit_tokens=1, recomputed_tokens=999_999) for n in names]
@@ -904,7 +904,7 @@ def test_the_server_cache_counts_a_policys_bookkeeping_faults_and_drops_it_on_an
     (here a workflow's end) is counted in `policy_faults`, logged once per place, and the policy kept: one odd
     request must not cost every tenant the policy. One inside eviction drops it for SGLang's LRU, said in the
     statistics, and it is consulted no more."""
-    from agentcache.replay.engine import build_cache
+    from agentcache.replay.cpu_cache import build_cache
     from agentcache.server_ext.cache import AgentCache
 
     cache = build_cache(4096, cache_class=AgentCache)
