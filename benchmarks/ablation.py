@@ -13,9 +13,10 @@ import argparse
 import json
 import time
 
+from pages import RESULTS
 from rich.console import Console
 from rich.progress import Progress
-from suite import DOCS, suite
+from suite import suite
 
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
 
@@ -104,8 +105,8 @@ def main() -> None:
         f"Default pbkv minus the best built-in, worst case over all {len(rows)} columns: {worst * 100:+.2f} points.",
         "",
     ]
-    (DOCS / "ablation.md").write_text("\n".join(lines))
-    (DOCS / "ablation.json").write_text(json.dumps(records, indent=1))
+    (RESULTS / "ablation.md").write_text("\n".join(lines))
+    (RESULTS / "ablation.json").write_text(json.dumps(records, indent=1))
     Console(stderr=True).print(f"wrote docs/results/ablation.md in {time.time() - started:.0f} s")
 
 

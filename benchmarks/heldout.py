@@ -18,9 +18,10 @@ import statistics
 from dataclasses import replace
 
 from ladder import replay_point
+from pages import RESULTS
 from rich.console import Console
 from rich.progress import Progress
-from suite import CAPACITY_FACTORS, DOCS, GENERATED, generated
+from suite import CAPACITY_FACTORS, GENERATED, generated
 
 from agentcache.policy.pbkv import default_forecaster
 from agentcache.policy.spec import BUILTINS
@@ -164,8 +165,8 @@ def markdown(rows: list[dict], command: str) -> str:
 
 
 def write_docs(rows: list[dict], command: str) -> None:
-    (DOCS / "heldout.md").write_text(markdown(rows, command))
-    (DOCS / "heldout.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / "heldout.md").write_text(markdown(rows, command))
+    (RESULTS / "heldout.json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main() -> None:

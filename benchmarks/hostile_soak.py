@@ -11,7 +11,6 @@ Prints a table and writes the "Hostile traffic" section of docs/results/reliabil
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import random
 import time
@@ -19,15 +18,12 @@ from collections import Counter
 
 import httpx
 import psutil
+from pages import RESULTS, write_between_markers
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-
-from suite import DOCS, write_between_markers  # noqa: E402
-
-from agentcache.server_ext.launcher import ServeOptions, Server  # noqa: E402
+from agentcache.server_ext.launcher import ServeOptions, Server
 
 CHAT = "/v1/chat/completions"
 
@@ -207,7 +203,7 @@ def report(args, outcomes, samples, stats, restarts, wall, console) -> None:  # 
         "|---:|---:|---:|",
         *(f"| {n} | {h:.0f} | {s:.0f} |" for n, h, s in samples[::step]),
     ]
-    write_between_markers(DOCS / "reliability.md", "hostile", "\n".join(lines))
+    write_between_markers(RESULTS / "reliability.md", "hostile", "\n".join(lines))
     console.print("wrote the hostile-traffic section of docs/results/reliability.md")
 
 

@@ -21,9 +21,10 @@ import json
 import platform
 import time
 
+from pages import RESULTS, write_between_markers
 from rich.console import Console
 from rich.progress import Progress
-from suite import DOCS, suite, write_between_markers
+from suite import suite
 
 from agentcache.policy.spec import BUILTINS
 from agentcache.replay.report import plot_timeline
@@ -66,7 +67,7 @@ def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult
                     for r in results
                     if r.capacity == st.capacities[0] and r.policy in ("lru", "lfu", "pbkv-paper", "pbkv", "belady")
                 ],
-                str(DOCS / "img" / f"ladder-{st.name}.png"),
+                str(RESULTS / "img" / f"ladder-{st.name}.png"),
                 title=st.name,
             )
     return out
@@ -112,7 +113,7 @@ def markdown(runs, command: str) -> str:
     return "\n".join(lines)
 
 
-README = DOCS.parent / "README.md"
+README = RESULTS.parent / "README.md"
 
 
 def readme_table(rows: list[dict]) -> str:
@@ -144,7 +145,7 @@ def readme_table(rows: list[dict]) -> str:
 
 
 def write_readme_table() -> None:
-    rows = json.loads((DOCS / "benchmarks.json").read_text())
+    rows = json.loads((RESULTS / "benchmarks.json").read_text())
     write_between_markers(README, "ladder", readme_table(rows))
 
 
@@ -159,13 +160,15 @@ def main() -> None:
     started = time.time()
     runs = run(args.only)
     command = "python benchmarks/ladder.py" + (f" --only {' '.join(args.only)}" if args.only else "")
-    (DOCS / "benchmarks.md").write_text(markdown(runs, command))
-    (DOCS / "benchmarks.json").write_text(
+    (RESULTS / "benchmarks.md").write_text(markdown(runs, command))
+    (RESULTS / "benchmarks.json").write_text(
         json.dumps([{"trace": name, **r.to_json()} for name, _d, _r, results in runs for r in results], indent=1)
     )
     if not args.only:
         write_readme_table()
-    Console(stderr=True).print(f"wrote docs/results/benchmarks.md and docs/results/benchmarks.json in {time.time() - started:.0f} s")
+    Console(stderr=True).print(
+        f"wrote docs/results/benchmarks.md and docs/results/benchmarks.json in {time.time() - started:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ import statistics
 import subprocess
 import sys
 
-from suite import DOCS, write_between_markers
+from pages import RESULTS, write_between_markers
 
-ROOT = DOCS.parent
+ROOT = RESULTS.parent
 BUILTINS = ("lfu", "slru", "priority")  # SGLang strategies a run may include (--policy)
 
 
@@ -99,10 +99,10 @@ def main() -> None:
     extra = sys.argv[1:]
     if extra[:1] == ["--pages-only"]:  # rewrite the pages from the last run's JSON
         name = page_name(extra[1:])
-        write_pages(json.loads((DOCS / f"{name}.json").read_text()), extra[1:])
+        write_pages(json.loads((RESULTS / f"{name}.json").read_text()), extra[1:])
         return
     name = page_name(extra)
-    command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(DOCS / f"img/{name}.png")]
+    command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(RESULTS / f"img/{name}.png")]
     # stderr: the progress bar
     proc = subprocess.run(command + bench_arguments(extra), stdout=subprocess.PIPE, text=True, cwd=ROOT)
     sys.stdout.write(proc.stdout)
@@ -148,8 +148,8 @@ def write_pages(summary: dict, extra: list[str]) -> None:
         "a larger model on a GPU, where prefill dominates: `benchmarks/gpu_check.sh`.",
         "",
     ]
-    (DOCS / f"{name}.md").write_text("\n".join(page))
-    (DOCS / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (RESULTS / f"{name}.md").write_text("\n".join(page))
+    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     marker = "live" if name == "live-bench" else name.replace("live-bench", "live")
     write_between_markers(ROOT / "docs" / "results" / "README.md", marker, "\n".join(lines) + "\n")
     print(

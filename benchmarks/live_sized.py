@@ -18,9 +18,10 @@ import json
 import statistics
 
 from ladder import replay_point
+from pages import RESULTS
 from rich.console import Console
 from rich.progress import Progress
-from suite import DOCS, mean_prompt
+from suite import mean_prompt
 
 from agentcache.bench.workload import BENCH_WORKFLOWS, MAX_NEW_TOKENS, TOKEN_SCALE, as_served
 from agentcache.policy.spec import BUILTINS
@@ -110,8 +111,8 @@ def write_docs(rows: list[dict], command: str, extra: list[str]) -> None:
             f"{r['margin'] * 100:+.2f}",
         ]
         lines.append(f"| {r['family']} | {r['seed']} | {r['capacity']:,} | " + " | ".join(cells) + " |")
-    (DOCS / "live-sized.md").write_text("\n".join(lines) + "\n")
-    (DOCS / "live-sized.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / "live-sized.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "live-sized.json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def _at_or_above_best(rows: list[dict], policy: str) -> int:

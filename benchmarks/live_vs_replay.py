@@ -18,7 +18,8 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from suite import DOCS, mean_prompt
+from pages import RESULTS
+from suite import mean_prompt
 
 from agentcache.bench.report import median_range
 from agentcache.bench.runner import CAPACITY_FACTOR
@@ -78,7 +79,7 @@ def agreeing(pairs: list[tuple[str, str]], replayed: dict[str, float]) -> int:
 
 
 def compare(page: LivePage) -> dict:
-    live = json.loads((DOCS / f"{page.name}.json").read_text())
+    live = json.loads((RESULTS / f"{page.name}.json").read_text())
     policies = list(live)
     trace = as_served(
         generate(page.family, GenConfig(workflows=page.workflows, seed=BENCH_SEED)), page.token_scale, MAX_NEW_TOKENS
@@ -166,9 +167,9 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     rows = [compare(page) for page in PAGES]
-    (DOCS / "live-vs-replay.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / "live-vs-replay.json").write_text(json.dumps(rows, indent=1) + "\n")
     page = markdown(rows)
-    (DOCS / "live-vs-replay.md").write_text(page)
+    (RESULTS / "live-vs-replay.md").write_text(page)
     print(page)
 
 

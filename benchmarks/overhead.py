@@ -36,16 +36,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from pages import RESULTS  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
-from suite import DOCS  # noqa: E402
 
 import agentcache  # noqa: E402
 from agentcache import compiled  # noqa: E402
 from agentcache.policy.pbkv import PBKVPolicy  # noqa: E402
 from agentcache.replay import runner  # noqa: E402
-from agentcache.replay.runner import PreparedTrace, ReplayResult, replay_policy, replay_sglang_alone  # noqa: E402
+from agentcache.replay.results import ReplayResult  # noqa: E402
+from agentcache.replay.runner import PreparedTrace, replay_policy, replay_sglang_alone  # noqa: E402
 from agentcache.trace import End, Trace  # noqa: E402
 from agentcache.workloads import GenConfig, generate  # noqa: E402
 
@@ -533,8 +534,8 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "nothing of the old path is left behind to re-key.",
         "",
     ]
-    (DOCS / "overhead.md").write_text("\n".join(lines))
-    (DOCS / "overhead.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / "overhead.md").write_text("\n".join(lines))
+    (RESULTS / "overhead.json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main() -> None:
@@ -569,11 +570,13 @@ def main() -> None:
         measure((100,), (50_000,), 1)
         return
     rows = measure(IN_FLIGHT, CAPACITIES, args.repeat)
-    (DOCS / "img").mkdir(exist_ok=True)
-    plot(rows, DOCS / "img" / "overhead.png")
+    (RESULTS / "img").mkdir(exist_ok=True)
+    plot(rows, RESULTS / "img" / "overhead.png")
     command = ".venv/bin/python benchmarks/overhead.py" + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
     write_docs(rows, command, args.repeat)
-    Console(stderr=True).print("wrote docs/results/overhead.md, docs/results/overhead.json, docs/results/img/overhead.png")
+    Console(stderr=True).print(
+        "wrote docs/results/overhead.md, docs/results/overhead.json, docs/results/img/overhead.png"
+    )
 
 
 if __name__ == "__main__":

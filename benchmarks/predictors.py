@@ -18,9 +18,10 @@ import platform
 import time
 from dataclasses import replace
 
+from pages import RESULTS
 from rich.console import Console
 from rich.table import Table
-from suite import DOCS, GENERATED, mean_prompt
+from suite import GENERATED, mean_prompt
 
 from agentcache.policy.pbkv import DEFAULT_ORDER
 from agentcache.predictor import Predictor, PredictorSpec
@@ -163,7 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
     parser.add_argument("--epochs", type=int, default=TrainConfig().epochs)
-    parser.add_argument("-o", "--output", default=str(DOCS / "predictors.md"))
+    parser.add_argument("-o", "--output", default=str(RESULTS / "predictors.md"))
     args = parser.parse_args()
     start = time.perf_counter()
     results, replays = run(args.families, args.epochs)

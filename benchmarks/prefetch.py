@@ -16,9 +16,10 @@ import argparse
 import json
 import time
 
+from pages import RESULTS
 from rich.console import Console
 from rich.progress import Progress
-from suite import DOCS, GENERATED, mean_prompt
+from suite import GENERATED, mean_prompt
 
 from agentcache.predictor import PredictorSpec
 from agentcache.replay.runner import PreparedTrace, replay_policy
@@ -89,8 +90,8 @@ def main() -> None:
         f"Conservative prefetch vs none, smallest GPU time saved over every family and lambda: {worst:+.2f} s.",
         "",
     ]
-    (DOCS / "prefetch.md").write_text("\n".join(lines))
-    (DOCS / "prefetch.json").write_text(json.dumps(records, indent=1))
+    (RESULTS / "prefetch.md").write_text("\n".join(lines))
+    (RESULTS / "prefetch.json").write_text(json.dumps(records, indent=1))
     _plot(records, args.families)
     Console(stderr=True).print(f"wrote docs/results/prefetch.md in {time.time() - started:.0f} s")
 
@@ -117,7 +118,7 @@ def _plot(records: list[dict], families: list[str]) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(DOCS / "img" / "prefetch-noise.png", dpi=110)
+    fig.savefig(RESULTS / "img" / "prefetch-noise.png", dpi=110)
     plt.close(fig)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from suite import DOCS
+from pages import RESULTS
 
 from agentcache.cost import DEFAULT_COST
 from agentcache.replay.runner import PreparedTrace
@@ -52,7 +52,7 @@ def burst_trace(requests: int, prompt: int, output: int) -> Trace:
 
 def main() -> None:
     cost = DEFAULT_COST
-    gpu = json.loads((DOCS / "gpu-anchor.json").read_text())
+    gpu = json.loads((RESULTS / "gpu-anchor.json").read_text())
     ours_fresh = {f["tokens"]: f["median_s"] for f in gpu["results"]["fresh"]}
     ours_step = {(d["running"], d["context"]): d["median_s"] for d in gpu["results"]["decode"]}
     ours_batched = gpu["results"]["batched"]
@@ -122,7 +122,7 @@ def main() -> None:
         "workloads): [live-vs-replay.md](live-vs-replay.md).",
         "",
     ]
-    (DOCS / "serving-model.md").write_text("\n".join(lines))
+    (RESULTS / "serving-model.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 

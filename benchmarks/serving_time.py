@@ -19,10 +19,11 @@ import platform
 import statistics
 import time
 
-from cluster import CALIBRATION_STEPS, calibrate
+from pages import RESULTS
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from suite import DOCS, suite
+from scale_out import CALIBRATION_STEPS, calibrate
+from suite import suite
 
 from agentcache.bench.report import median_range
 from agentcache.replay.runner import PreparedTrace
@@ -178,9 +179,11 @@ def markdown(rows: list[dict], seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--render", action="store_true", help="write the page again from docs/results/serving-time.json")
+    parser.add_argument(
+        "--render", action="store_true", help="write the page again from docs/results/serving-time.json"
+    )
     args = parser.parse_args(argv)
-    figures_path = DOCS / "serving-time.json"
+    figures_path = RESULTS / "serving-time.json"
     if args.render:
         figures = json.loads(figures_path.read_text())
     else:
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         figures = {"seconds": time.time() - started, "rows": rows}
         figures_path.write_text(json.dumps(figures, indent=1) + "\n")
     page = markdown(figures["rows"], figures["seconds"])
-    (DOCS / "serving-time.md").write_text(page)
+    (RESULTS / "serving-time.md").write_text(page)
     print(page)
 
 

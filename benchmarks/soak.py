@@ -20,8 +20,8 @@ import resource
 import time
 from dataclasses import replace
 
+from pages import RESULTS, write_between_markers
 from rich.console import Console
-from runner import RESULTS, write_between_markers
 from suite import mean_prompt
 
 from agentcache.policy import WorkflowRegistry, tags_of

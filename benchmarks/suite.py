@@ -1,4 +1,4 @@
-"""The benchmark suite: which traces, at which capacities. Shared by every benchmark script.
+"""The benchmark suite: which traces, at which capacities. Shared by the page writers that replay it.
 
 Generated families use fixed knobs and seed, so every number is reproducible;
 their capacities are 4x, 8x and 16x the trace's mean prompt (tight, medium,
@@ -7,23 +7,14 @@ roomy). The real traces use the capacities their README calls interesting.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-
-from agentcache.engine.sglang_warnings import ignore_sglang_gpu_only_warnings  # noqa: E402
-from agentcache.trace import Trace, read_trace  # noqa: E402
-from agentcache.workloads import FAMILIES, GenConfig, generate  # noqa: E402
-
-ignore_sglang_gpu_only_warnings()  # as the CLI does: the pages' progress bars come first
+from agentcache.trace import Trace, read_trace
+from agentcache.workloads import FAMILIES, GenConfig, generate
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-DOCS = ROOT / "docs"
 REAL_TRACES = HERE / "traces"
 
 GENERATED = GenConfig(workflows=150, seed=1)
@@ -69,17 +60,3 @@ def suite(only: list[str] | None = None, seed: int | None = None) -> Iterator[Su
         if only and name not in only:
             continue
         yield SuiteTrace(name, read_trace(REAL_TRACES / f"{name}.jsonl"), capacities, False, True)
-
-
-def write_between_markers(path: Path, name: str, text: str) -> None:
-    """Replace what lies between `<!-- name:begin -->` and `<!-- name:end -->` in `path` (a benchmark's part of
-    a page others write too); the markers are added at the end of the page when missing."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    block = f"{begin}\n{text.rstrip()}\n{end}"
-    page = path.read_text() if path.exists() else ""
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    if pattern.search(page):
-        page = pattern.sub(lambda _: block, page)
-    else:
-        page = page.rstrip() + ("\n\n" if page else "") + block + "\n"
-    path.write_text(page)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -11,18 +10,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-# Under a page's title: the command and commit that made it, and a line when the policy changed since.
-PROVENANCE = re.compile(
-    r"\n\nMade by `(?P<command>[^`\n]+)` at commit `(?P<commit>[0-9a-f]{7,40})`[^\n]*\n(?:Stale: [^\n]*\n)?\n"
-)
-
 
 def written_page(name: str) -> tuple[str, dict[str, str]]:
     """docs/results/NAME.md as its script writes it, and the command and commit its provenance lines name."""
-    page = (DOCS / f"{name}.md").read_text()
-    made = PROVENANCE.search(page)
+    from pages import unstamped
+
+    page, made = unstamped((DOCS / f"{name}.md").read_text())
     assert made, f"{name}.md does not say the command and commit that made it"
-    return page[: made.start()] + "\n\n" + page[made.end() :], made.groupdict()
+    return page, {"command": made["command"], "commit": made["commit"]}
 
 
 def provenance_of(figures: dict) -> dict[str, str]:
@@ -43,34 +38,35 @@ def test_serving_time_page_is_its_figures():
 
 
 def test_scale_out_pages_are_their_figures():
-    import cluster
+    import scale_out
 
     for name in ("scale-out", "scale-out-seed-11", "scale-out-seed-22"):
         figures = json.loads((DOCS / f"{name}.json").read_text())
         page, made = written_page(name)
-        assert cluster.page_of(figures) == page, name
+        assert scale_out.page_of(figures) == page, name
         assert made == provenance_of(figures), name
         # Every row has every routing at every pace.
         for row in figures["rows"]:
-            assert [pace["pace"] for pace in row["paces"]] == list(cluster.PACES)
+            assert [pace["pace"] for pace in row["paces"]] == list(scale_out.PACES)
             for pace in row["paces"]:
-                assert [run["routing"] for run in pace["runs"]] == list(cluster.ROUTINGS)
+                assert [run["routing"] for run in pace["runs"]] == list(scale_out.ROUTINGS)
 
 
 def test_scale_out_verdicts_are_on_the_medians_over_the_paces():
     """workflow-aware ahead of both baselines at the calibrated pace alone, behind 1% either side: the row's
     verdict is the medians', and the page says which paces it held at."""
-    import cluster
+    import scale_out
+    from pages import template
 
     def runs(aware_ahead: bool) -> list[dict]:
         figures = {"hit_rate": 0.5, "ttft_p50_s": 0.1, "ttft_p90_s": 1.0, "throughput_rps": 3.0}
         figures |= {"imbalance": 1.0, "utilization": 0.9}
         aware = {"hit_rate": 0.6, "ttft_p90_s": 0.5} if aware_ahead else {"hit_rate": 0.4, "ttft_p90_s": 2.0}
-        return [{"routing": r, **figures, **(aware if r == "workflow-aware" else {})} for r in cluster.ROUTINGS]
+        return [{"routing": r, **figures, **(aware if r == "workflow-aware" else {})} for r in scale_out.ROUTINGS]
 
-    paces = [{"pace": pace, "runs": runs(aware_ahead=pace == 1.0)} for pace in cluster.PACES]
+    paces = [{"pace": pace, "runs": runs(aware_ahead=pace == 1.0)} for pace in scale_out.PACES]
     row = {"trace": "chat", "copies": 1, "instances": 2, "capacity": 1000, "time_scale": 0.5, "paces": paces}
-    page = cluster.markdown([row], "python benchmarks/cluster.py", "pbkv", 1.0, None, "test")
+    page = scale_out.markdown([row], "python benchmarks/scale_out.py", "pbkv", 1.0, None, "test")
     assert (
         "**Outcome: on the medians, the Done-when holds on 0 of 1 rows** (hit rate: 0 of 1; p90 TTFT: 0 of 1)" in page
     )
@@ -81,9 +77,9 @@ def test_scale_out_verdicts_are_on_the_medians_over_the_paces():
     assert "| 40.0% · 0.1 / 2 · 3.0 | no | no | no / yes / no |" in page
     assert "- chat N=2: loses on hit rate and p90 TTFT (hit 40.00% vs ca 50.00%; p90 2 s vs ca 1 s, wfa 1 s)." in page
     # The suite page's history of its own rows is not a held-out seed's.
-    held_out = cluster.markdown([row], "python benchmarks/cluster.py --seed 11", "pbkv", 1.0, 11, "test")
-    assert cluster.HISTORY[0] in page and cluster.PACE_CHECK[0] in page
-    assert cluster.HISTORY[0] not in held_out and cluster.PACE_CHECK[0] not in held_out
+    held_out = scale_out.markdown([row], "python benchmarks/scale_out.py --seed 11", "pbkv", 1.0, 11, "test")
+    history = "\n".join(template("scale-out/history.md"))
+    assert history in page and history not in held_out
 
 
 def test_live_vs_replay_page_is_its_figures():
