@@ -150,14 +150,15 @@ def _refused(tenant: str, exc: TagError) -> Stamped:
     return Stamped(tenant, None, exc.reason)
 
 
-def _client_object(custom: Any, raw_request: Any) -> tuple[bool, Any]:
-    """(whether the client sent tags, its tag object): from the body, else from the forwarded header (proxies drop
-    body fields). TagError for a header that is not JSON."""
+def _client_object(custom: Any, raw_request: Any) -> Any:
+    """The client's tag object: from the body, else from the forwarded header (proxies drop body fields); None
+    where it sent none. TagError for a header that is not JSON."""
     found = find(custom)
-    if found is not None:
-        return True, found
-    header = raw_request.headers.get(HEADER) if raw_request is not None else None
-    return (True, header_object(header)) if header else (False, None)
+    if found is None and raw_request is not None:
+        header = raw_request.headers.get(HEADER)
+        if header:
+            found = header_object(header)
+    return found
 
 
 def _put(params: dict, stamped: Any) -> None:
@@ -174,11 +175,11 @@ def after_chat_conversion(result: Any, serving_chat: Any, request: Any, raw_requ
         return None
     tenant = tenant_of_request(raw_request)
     try:
-        sent, obj = _client_object(params.get("custom_params"), raw_request)
+        obj = _client_object(params.get("custom_params"), raw_request)
     except TagError as exc:
         _put(params, _refused(tenant, exc))
         return None
-    if not sent:
+    if obj is None:
         if not isinstance(params.get("custom_params"), dict | None):
             return None  # served as it is, untagged: nowhere to put tags
         agent, n = agent_of([m.model_dump() for m in request.messages], request.model_dump().get("tools"))
@@ -202,8 +203,8 @@ def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input
     if not isinstance(stamped, Stamped):  # /generate: the chat hook did not see it
         tenant = tenant_of_request(raw_request)
         try:
-            sent, obj = _client_object(custom, raw_request)
-            stamped = Stamped(tenant, parse(obj)) if sent else None
+            obj = _client_object(custom, raw_request)
+            stamped = Stamped(tenant, parse(obj)) if obj is not None else None
         except TagError as exc:
             stamped = _refused(tenant, exc)
         if stamped is None:  # without tags: the agent by the head of its prompt, no fixed boundary

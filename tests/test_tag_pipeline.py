@@ -105,6 +105,9 @@ def test_a_generate_request_without_tags_gets_a_workflow_of_its_own_or_nothing_w
     params = {"custom_params": "mine"}
     accept_tags(params, None, None, "hello", None)
     assert params == {"custom_params": "mine"}
+    params = {}
+    accept_tags(params, request_with({HEADER: "null"}), None, "hello", None)
+    assert stamped_in(params).tags.implicit, "a header of JSON null is no tags"
 
 
 # ---------------------------------------------------------------- chat intake
