@@ -70,7 +70,9 @@ class Tags:
     agent: str  # the fingerprint of the agent's fixed prompt (a trace may use a name here)
     agent_name: str | None = None  # the framework's name for the agent, when the SDK knows it
     fixed_messages: int | None = None  # chat: how many leading messages (after tools) are the fixed prompt
-    fixed_tokens: int | None = None  # token offset of the fixed-prompt boundary (server-resolved, or /generate ids)
+    # Token offset of the fixed-prompt boundary (/generate ids; resolved by the HTTP process from messages or
+    # characters; page-aligned within the prompt once the scheduler has it)
+    fixed_tokens: int | None = None
     fixed_chars: int | None = None  # /generate with text: characters of the fixed prompt
     # Set by the server, never taken from a client:
     tenant: str = ""  # from the request's credentials

@@ -12,8 +12,9 @@
   scheduler down.
 - :func:`install_policy` wires both into a ``UnifiedRadixCache`` on the Python
   tree core; :func:`split_at`, :func:`ends_at` and :func:`path_nodes` are the
-  tree walks the adapters need; :func:`held_by_class` and :func:`queue_prefetch` are what the
-  server's statistics and its prefetch step do, and the replay's too.
+  tree walks the adapters need (fixed_prompt.py makes the fixed-prompt split of
+  them); :func:`held_by_class` and :func:`queue_prefetch` are what the server's
+  statistics and its prefetch step do, and the replay's too.
 """
 
 from __future__ import annotations
