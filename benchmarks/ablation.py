@@ -10,12 +10,8 @@ the offline reference (belady) sit beside them. Writes docs/results/ablation.md 
 from __future__ import annotations
 
 import argparse
-import json
-import time
 
-from pages import RESULTS
-from rich.console import Console
-from rich.progress import Progress
+from pages import progress, save, template
 from suite import suite
 
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
@@ -49,21 +45,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*")
     args = parser.parse_args()
-    started = time.time()
     policies = ["lru", *VARIANTS, *BUILTINS, "belady"]
     traces = list(suite(args.only))
     rows, records = [], []
-    with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task(
-            "ablation", total=sum(len(t.trace.requests) * len(t.capacities) * len(policies) for t in traces)
-        )
+    with progress("ablation", sum(len(t.trace.requests) * len(t.capacities) * len(policies) for t in traces)) as bar:
         for st in traces:
             prepared = PreparedTrace(st.trace)
-            results = [
-                replay_policy(prepared, p, c, on_request=lambda: progress.advance(task))
-                for c in st.capacities
-                for p in policies
-            ]
+            results = [replay_policy(prepared, p, c, on_request=bar.advance) for c in st.capacities for p in policies]
             fill_gap_closed(results)
             for capacity in st.capacities:
                 by = {r.policy: r for r in results if r.capacity == capacity}
@@ -74,11 +62,7 @@ def main() -> None:
     lines = [
         "# Ablation: what each ingredient of the default pbkv adds",
         "",
-        "Command: `python benchmarks/ablation.py`. Token hit rate per variant; each `pbkv/...` variant is one",
-        "ingredient away from the default `pbkv` (`-x`: without x, `+x`: with x). In brackets: the share of the",
-        "gap between LRU and the offline reference (belady: farthest next use, not a proven optimum) closed. `best built-in`: the best of SGLang's "
-        + ", ".join(BUILTINS)
-        + ".",
+        *template("ablation/intro.md", builtins=", ".join(BUILTINS)),
         "",
         *(f"- `{variant}`: {label}" for variant, label in VARIANTS.items()),
         "",
@@ -105,9 +89,7 @@ def main() -> None:
         f"Default pbkv minus the best built-in, worst case over all {len(rows)} columns: {worst * 100:+.2f} points.",
         "",
     ]
-    (RESULTS / "ablation.md").write_text("\n".join(lines))
-    (RESULTS / "ablation.json").write_text(json.dumps(records, indent=1))
-    Console(stderr=True).print(f"wrote docs/results/ablation.md in {time.time() - started:.0f} s")
+    save("ablation", lambda _: "\n".join(lines), {"runs": records})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The cost model's constants measured on a GPU: an 8B Llama-shaped model in bf16, timed with PyTorch.
 
-    python3 benchmarks/gpu_anchor.py --out docs          # on a CUDA machine, about 2 minutes
+    python3 benchmarks/gpu_anchor.py                     # on a CUDA machine, about 2 minutes: docs/results/
     python3 benchmarks/gpu_anchor.py --render docs/results/gpu-anchor.json   # the page again from its figures
     .venv/bin/python benchmarks/gpu_anchor.py --tiny --out /tmp/x   # the same code, toy shape (a check, no figures)
 
@@ -30,7 +30,6 @@ tensor-parallel setups.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -44,6 +43,8 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pages import RESULTS, render_again, save  # noqa: E402
+
 from agentcache.cost import DEFAULT_COST  # noqa: E402
 
 
@@ -316,7 +317,7 @@ def render(figures: dict) -> str:
     lines = [
         "# The cost model beside a GPU",
         "",
-        f"Command: `python3 benchmarks/gpu_anchor.py --out docs` on {figures['device']} (torch {figures['torch']},",
+        f"Command: `{figures['command']}` on {figures['device']} (torch {figures['torch']},",
         f"{figures['date']}; one run). Llama-3-8B's shape in bf16 with random weights, timed with PyTorch alone",
         "(SDPA attention, a contiguous KV cache, decode steps replayed as CUDA graphs): the arithmetic",
         "SGLang runs, not SGLang's kernels or scheduler (its GPU build could not be installed there). Times are",
@@ -403,13 +404,12 @@ def render(figures: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("docs"), help="folder for gpu-anchor.json and .md")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for gpu-anchor.json and .md")
     parser.add_argument("--tiny", action="store_true", help="a toy shape on the CPU: checks the code, no figures")
     parser.add_argument("--render", type=Path, help="write the page again from this gpu-anchor.json")
     args = parser.parse_args(argv)
     if args.render:
-        figures = json.loads(args.render.read_text())
-        args.render.with_suffix(".md").write_text(render(figures))
+        render_again(args.render.stem, render, folder=args.render.parent)
         return
     on_gpu = torch.cuda.is_available()
     if not (on_gpu or args.tiny):
@@ -437,11 +437,7 @@ def main(argv: list[str] | None = None) -> None:
         "self_check": check,
         "results": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu-anchor.json").write_text(json.dumps(figures, indent=1) + "\n")
-    page = render(figures)
-    (args.out / "gpu-anchor.md").write_text(page)
-    print(page)
+    save("gpu-anchor", render, figures, folder=args.out)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,11 @@ forecasts, and with perfect forecasts and reads. Writes docs/results/heldout.md 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import replace
 
 from ladder import replay_point
-from pages import RESULTS
-from rich.console import Console
-from rich.progress import Progress
+from pages import progress, save, template
 from suite import CAPACITY_FACTORS, GENERATED, generated
 
 from agentcache.policy.pbkv import default_forecaster
@@ -31,7 +28,6 @@ from agentcache.predictor.training import warm_up
 from agentcache.replay.runner import PreparedTrace, fill_gap_closed, replay_policy
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES, generate
 
-COMMAND = ".venv/bin/python benchmarks/heldout.py"
 SEEDS = (11, 22, 33)
 POLICIES = ["lru", "pbkv", "belady", *BUILTINS]
 # What pbkv's own forecaster knows after a long run of the same app: it first observes this many workflows of the
@@ -42,8 +38,7 @@ TRAINING = replace(GENERATED, seed=101, workflows=3000)
 
 def run(families: list[str]) -> list[dict]:
     rows = []
-    with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("held-out seeds", total=len(families) * len(SEEDS) * len(CAPACITY_FACTORS))
+    with progress("held-out seeds", len(families) * len(SEEDS) * len(CAPACITY_FACTORS)) as bar:
         for family in families:
             training = generate(family, TRAINING)
             for seed in SEEDS:
@@ -84,7 +79,7 @@ def run(families: list[str]) -> list[dict]:
                             "perfect_forecasts_and_reads_gap_closed": told.gap_closed,
                         }
                     )
-                    progress.advance(task)
+                    bar.advance()
     return rows
 
 
@@ -93,27 +88,16 @@ def markdown(rows: list[dict], command: str) -> str:
     lines = [
         "# Held-out seeds: the ladder on workloads nobody tuned on",
         "",
-        f"Command: `{command}`. Every generated family at seeds {', '.join(map(str, SEEDS))} (the suite",
-        f"uses seed {GENERATED.seed}; these were never used while building the policies), {GENERATED.workflows} workflows,",
-        "capacities 4x / 8x / 16x the trace's mean prompt, replayed through SGLang's radix cache. `margin`:",
-        "pbkv minus the best of SGLang's built-ins (lfu, slru, tlru, priority, fifo, mru, filo) at that point;",
-        "`gap closed`: pbkv's share of the LRU-to-offline-reference gap (the reference is a heuristic over",
-        "radix nodes, so an online policy can exceed it). `perfect forecasts`: pbkv told each workflow's real",
-        f"next {DEFAULT_HORIZON} agents, its forecast horizon (`--predictor oracle`, read from the trace), the rest",
-        "unchanged: what is left between that and the reference is not a matter of forecasting the next",
-        f"{DEFAULT_HORIZON} agents. Past the horizon a perfect forecast says nothing, where a smoothed online one keeps",
-        "a little value for every agent it has seen, so where a workflow reads an agent's cache again more than",
-        f"{DEFAULT_HORIZON} calls later, perfect forecasts can lose to the online ones. `trained forecaster`: pbkv",
-        f"whose own forecaster first observed {TRAINING.workflows:,} workflows of the same family (seed {TRAINING.seed}),",
-        "then served the trace as usual, learning on: what a long-running server knows of its app's agents, near",
-        "the generator's own probabilities. Where it closes little more of the gap than the cold forecaster,",
-        "what perfect forecasts add is not faster learning but which way each coin falls (another retry, another",
-        "hop, another turn of the phase), which the agents called so far do not tell. `perfect forecasts and",
-        "reads`: perfect forecasts, and pbkv told with each request how much of its path its agent's next request",
-        "in the workflow reads again (`agentcache replay --told-reads`, read from the trace), valuing each",
-        "latest path by that instead of the shares it learns: what is left between that and the reference is not",
-        "what the trace's coins decide (which agent calls, whether a phase goes on) but how pbkv weighs what it",
-        "knows.",
+        *template(
+            "heldout/intro.md",
+            command=command,
+            seeds=", ".join(map(str, SEEDS)),
+            suite_seed=GENERATED.seed,
+            workflows=GENERATED.workflows,
+            horizon=DEFAULT_HORIZON,
+            training_workflows=f"{TRAINING.workflows:,}",
+            training_seed=TRAINING.seed,
+        ),
         "",
         "| family | points | pbkv >= best built-in | worst margin (pts) | median margin (pts) "
         "| gap closed >= 80% (dynamic families) | lowest gap closed | with a trained forecaster: >= 80% (dynamic) "
@@ -164,20 +148,16 @@ def markdown(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(rows: list[dict], command: str) -> None:
-    (RESULTS / "heldout.md").write_text(markdown(rows, command))
-    (RESULTS / "heldout.json").write_text(json.dumps(rows, indent=1) + "\n")
+def page_of(saved: dict) -> str:
+    """The page (but its Made by line), from what a run wrote (`pages.save`)."""
+    return markdown(saved["rows"], saved["command"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated families (default: all)")
     args = parser.parse_args()
-    families = args.only.split(",") if args.only else list(FAMILIES)
-    rows = run(families)
-    command = COMMAND + (f" --only {args.only}" if args.only else "")
-    write_docs(rows, command)
-    Console(stderr=True).print("wrote docs/results/heldout.md, docs/results/heldout.json")
+    save("heldout", page_of, {"rows": run(args.only.split(",") if args.only else list(FAMILIES))})
 
 
 if __name__ == "__main__":

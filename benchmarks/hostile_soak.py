@@ -18,9 +18,8 @@ from collections import Counter
 
 import httpx
 import psutil
-from pages import RESULTS, write_between_markers
+from pages import progress, save_section
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from agentcache.server_ext.launcher import ServeOptions, Server
@@ -133,8 +132,7 @@ def main() -> None:
         (scheduler,) = [p for p in launcher.children(recursive=True) if "scheduler" in " ".join(p.cmdline())]
         pids = {launcher.pid, scheduler.pid}
         started = time.monotonic()
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("hostile rounds", total=args.rounds)
+        with progress("hostile rounds", args.rounds) as bar:
             for round_no in range(args.rounds):
                 for kind, route, body, headers in hostile_requests(rng, round_no):
                     if args.only and args.only not in kind:
@@ -142,7 +140,7 @@ def main() -> None:
                     r = client.post(route, json=body, headers=headers)
                     outcomes[(kind, r.status_code)] += 1
                 samples.append((round_no + 1, rss_mb(launcher), rss_mb(scheduler)))
-                progress.advance(task)
+                bar.advance()
         time.sleep(args.lease + 5)  # idle: the leases of the never-ended workflows run out on the clock
         stats = client.get("/agentcache/v1/stats").json()
         alive = {launcher.pid, *(p.pid for p in launcher.children(recursive=True))}
@@ -203,8 +201,7 @@ def report(args, outcomes, samples, stats, restarts, wall, console) -> None:  # 
         "|---:|---:|---:|",
         *(f"| {n} | {h:.0f} | {s:.0f} |" for n, h, s in samples[::step]),
     ]
-    write_between_markers(RESULTS / "reliability.md", "hostile", "\n".join(lines))
-    console.print("wrote the hostile-traffic section of docs/results/reliability.md")
+    save_section("reliability", "hostile", lines)
 
 
 if __name__ == "__main__":

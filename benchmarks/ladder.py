@@ -17,13 +17,9 @@ table, from docs/results/benchmarks.json.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import time
 
-from pages import RESULTS, write_between_markers
-from rich.console import Console
-from rich.progress import Progress
+from pages import RESULTS, ROOT, load, progress, save, write_between_markers
 from suite import suite
 
 from agentcache.policy.spec import BUILTINS
@@ -43,18 +39,14 @@ def replay_point(prepared: PreparedTrace, capacity: int, policies: list[str]) ->
 
 
 def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult]]]:
-    console = Console(stderr=True)
     traces = list(suite(only))
     policies = [*OURS, *BUILTINS]
     out = []
-    with Progress(console=console) as progress:
-        task = progress.add_task(
-            "ladder", total=sum(len(t.trace.requests) * len(t.capacities) * len(policies) for t in traces)
-        )
+    with progress("ladder", sum(len(t.trace.requests) * len(t.capacities) * len(policies) for t in traces)) as bar:
         for st in traces:
             prepared = PreparedTrace(st.trace)
             results = [
-                replay_policy(prepared, name, capacity, on_request=lambda: progress.advance(task))
+                replay_policy(prepared, name, capacity, on_request=bar.advance)
                 for capacity in st.capacities
                 for name in policies
             ]
@@ -113,12 +105,12 @@ def markdown(runs, command: str) -> str:
     return "\n".join(lines)
 
 
-README = RESULTS.parent / "README.md"
+README = ROOT / "README.md"
 
 
 def readme_table(rows: list[dict]) -> str:
     """The README's summary: LRU, the best built-in, pbkv, the offline reference and the ceiling, from
-    docs/results/benchmarks.json rows."""
+    docs/results/benchmarks.json's runs."""
     lines = [
         "| trace | capacity | lru | best built-in | pbkv | offline reference | unlimited cache |",
         "|---|---|---|---|---|---|---|",
@@ -145,30 +137,24 @@ def readme_table(rows: list[dict]) -> str:
 
 
 def write_readme_table() -> None:
-    rows = json.loads((RESULTS / "benchmarks.json").read_text())
-    write_between_markers(README, "ladder", readme_table(rows))
+    write_between_markers(README, "ladder", readme_table(load("benchmarks")["runs"]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="trace names to run (default: the whole suite)")
-    parser.add_argument("--readme", action="store_true", help="only rewrite README.md's table from the last full run")
+    parser.add_argument(
+        "--readme", action="store_true", help="only rewrite README.md's ladder table from the last full run"
+    )
     args = parser.parse_args()
     if args.readme:
         write_readme_table()
         return
-    started = time.time()
     runs = run(args.only)
-    command = "python benchmarks/ladder.py" + (f" --only {' '.join(args.only)}" if args.only else "")
-    (RESULTS / "benchmarks.md").write_text(markdown(runs, command))
-    (RESULTS / "benchmarks.json").write_text(
-        json.dumps([{"trace": name, **r.to_json()} for name, _d, _r, results in runs for r in results], indent=1)
-    )
+    records = [{"trace": name, **r.to_json()} for name, _d, _r, results in runs for r in results]
+    save("benchmarks", lambda saved: markdown(runs, saved["command"]), {"runs": records})
     if not args.only:
         write_readme_table()
-    Console(stderr=True).print(
-        f"wrote docs/results/benchmarks.md and docs/results/benchmarks.json in {time.time() - started:.0f} s"
-    )
 
 
 if __name__ == "__main__":

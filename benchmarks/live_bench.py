@@ -21,9 +21,8 @@ import statistics
 import subprocess
 import sys
 
-from pages import RESULTS, write_between_markers
+from pages import RESULTS, ROOT, load, render_again, save, template, write_between_markers
 
-ROOT = RESULTS.parent
 BUILTINS = ("lfu", "slru", "priority")  # SGLang strategies a run may include (--policy)
 
 
@@ -97,9 +96,13 @@ def bench_arguments(extra: list[str]) -> list[str]:
 
 def main() -> None:
     extra = sys.argv[1:]
-    if extra[:1] == ["--pages-only"]:  # rewrite the pages from the last run's JSON
+    if {"-h", "--help"} & set(extra):
+        print(__doc__)
+        return
+    if extra[:1] == ["--pages-only"]:  # rewrite the page and its table from the last run's JSON
         name = page_name(extra[1:])
-        write_pages(json.loads((RESULTS / f"{name}.json").read_text()), extra[1:])
+        render_again(name, lambda saved: markdown(saved["policies"], extra[1:]))
+        write_table(load(name)["policies"], name)
         return
     name = page_name(extra)
     command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(RESULTS / f"img/{name}.png")]
@@ -108,14 +111,15 @@ def main() -> None:
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         sys.exit(proc.returncode)
-    write_pages(json.loads(proc.stdout.strip().splitlines()[-1]), extra)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    save(name, lambda saved: markdown(saved["policies"], extra), {"policies": summary})
+    write_table(summary, name)
 
 
-def write_pages(summary: dict, extra: list[str]) -> None:
+def markdown(summary: dict, extra: list[str]) -> str:
     name = page_name(extra)
     arguments = bench_arguments(extra)
     shown = "agentcache bench " + " ".join(["--json", "--plot", f"docs/results/img/{name}.png", *arguments])
-    lines = table(summary) + ["", *verdicts(summary)]
     if name == "live-bench":
         workload = "the default workload (16 generated group-chat workflows: agents append to a shared conversation)"
     elif "--family" in arguments:
@@ -128,34 +132,26 @@ def write_pages(summary: dict, extra: list[str]) -> None:
         f"Command: `{' '.join(['.venv/bin/python benchmarks/live_bench.py', *extra])}` (runs `{shown}`;",
         f"{platform.machine()}, 2 cores, no GPU). Workload: {workload}.",
         "",
-        "Each policy and repetition gets a fresh server (the bundled SGLang 0.5.23 in CPU dev mode, a",
-        "small random-weight model), warmed up with requests that share nothing with the workload; policies",
-        "run in alternating order; figures are medians over repetitions with [min-max]. SGLang's strategies",
-        "(lru, lfu, slru, priority) are plain SGLang started with `--radix-eviction-policy`; pbkv is the plugin. Prompt tokens",
-        "computed and hit rate come from the server's own usage report per request; time to first token",
-        "is measured on the streamed answer; completion is the whole run, first request to last answer.",
-        "Ratios are pbkv's figure over the other's, per repetition (runs of one repetition ran next to",
-        "each other), median [min-max].",
+        *template("live-bench/method.md"),
         "",
-        *lines,
+        *table(summary),
+        "",
+        *verdicts(summary),
         "",
         f"![time to first token and latency](img/{name}.png)",
         "",
-        "The engine runs one torch thread on CPU (`ENGINE_CPU_THREADS` in agentcache/bench.py): with one",
-        "per core, a single run became up to 15x slower whenever another process held a core, and the",
-        "repetitions of one policy disagreed by that much. Completion time includes the trace's own",
-        "pacing (its send times scaled by `--time-scale`), which no policy shortens. The same bench with",
-        "a larger model on a GPU, where prefill dominates: `benchmarks/gpu_check.sh`.",
+        *template("live-bench/notes.md"),
         "",
     ]
-    (RESULTS / f"{name}.md").write_text("\n".join(page))
-    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return "\n".join(page)
+
+
+def write_table(summary: dict, name: str) -> None:
+    """The page's table and verdicts in docs/results/README.md, between the page's markers."""
     marker = "live" if name == "live-bench" else name.replace("live-bench", "live")
-    write_between_markers(ROOT / "docs" / "results" / "README.md", marker, "\n".join(lines) + "\n")
-    print(
-        f"wrote docs/results/{name}.md, docs/results/{name}.json, docs/results/README.md's {marker} table",
-        file=sys.stderr,
-    )
+    lines = table(summary) + ["", *verdicts(summary)]
+    write_between_markers(RESULTS / "README.md", marker, "\n".join(lines) + "\n")
+    print(f"wrote docs/results/README.md's {marker} table", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,10 @@ pbkv and the offline reference. Writes docs/results/live-sized.md and docs/resul
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 from ladder import replay_point
-from pages import RESULTS
-from rich.console import Console
-from rich.progress import Progress
+from pages import progress, save, template
 from suite import mean_prompt
 
 from agentcache.bench.workload import BENCH_WORKFLOWS, MAX_NEW_TOKENS, TOKEN_SCALE, as_served
@@ -35,8 +32,7 @@ POLICIES = ["lru", "pbkv", "belady", *BUILTINS]
 
 def run(families: list[str], policies: list[str]) -> list[dict]:
     rows = []
-    with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("live-sized workloads", total=len(families) * len(SEEDS) * len(CAPACITY_FACTORS))
+    with progress("live-sized workloads", len(families) * len(SEEDS) * len(CAPACITY_FACTORS)) as bar:
         for family in families:
             for seed in SEEDS:
                 trace = as_served(generate(family, GenConfig(workflows=BENCH_WORKFLOWS, seed=seed)))
@@ -58,19 +54,23 @@ def run(families: list[str], policies: list[str]) -> list[dict]:
                             "margin_lru": hit["pbkv"] - hit["lru"],
                         }
                     )
-                    progress.advance(task)
+                    bar.advance()
     return rows
 
 
-def write_docs(rows: list[dict], command: str, extra: list[str]) -> None:
+def markdown(rows: list[dict], command: str, extra: list[str]) -> str:
     lines = [
         "# Live-sized workloads: the replay of what a live bench serves",
         "",
-        f"Command: `{command}`. Every generated family at seeds {SEEDS[0]} to {SEEDS[-1]} (seed 7: the live",
-        f"bench's), {BENCH_WORKFLOWS} workflows (plain chat: {BENCH_WORKFLOWS} conversations), shaped as `agentcache bench` sends them",
-        f"(segments x{TOKEN_SCALE}, at most {MAX_NEW_TOKENS} tokens generated, no output re-sent as generated:",
-        "`agentcache.bench.as_served`), at 2x / 4x / 8x the mean prompt, replayed through SGLang's radix cache.",
-        "`margin`: pbkv minus the best of SGLang's built-ins at that point (lru included in neither).",
+        *template(
+            "live-sized/intro.md",
+            command=command,
+            first_seed=SEEDS[0],
+            last_seed=SEEDS[-1],
+            workflows=BENCH_WORKFLOWS,
+            token_scale=TOKEN_SCALE,
+            max_new_tokens=MAX_NEW_TOKENS,
+        ),
         "",
         "| family | requests (median) | points | pbkv >= best built-in | pbkv >= lru | worst margin (pts) "
         "| median margin (pts) | worst margin over lru (pts) |" + "".join(f" `{p}` >= best built-in |" for p in extra),
@@ -111,8 +111,7 @@ def write_docs(rows: list[dict], command: str, extra: list[str]) -> None:
             f"{r['margin'] * 100:+.2f}",
         ]
         lines.append(f"| {r['family']} | {r['seed']} | {r['capacity']:,} | " + " | ".join(cells) + " |")
-    (RESULTS / "live-sized.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "live-sized.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def _at_or_above_best(rows: list[dict], policy: str) -> int:
@@ -127,11 +126,11 @@ def main() -> None:
     families = args.only.split(",") if args.only else list(FAMILIES)
     extra = [p for p in args.also.split(",") if p]
     rows = run(families, extra)
-    command = ".venv/bin/python benchmarks/live_sized.py" + "".join(
-        f" --{k} {v}" for k, v in (("only", args.only), ("also", args.also)) if v
+    save(
+        "live-sized",
+        lambda saved: markdown(saved["rows"], saved["command"], saved["also"]),
+        {"rows": rows, "also": extra},
     )
-    write_docs(rows, command, extra)
-    Console(stderr=True).print("wrote docs/results/live-sized.md, docs/results/live-sized.json")
 
 
 if __name__ == "__main__":

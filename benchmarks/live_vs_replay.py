@@ -14,11 +14,11 @@ order of the policies, by hit rate and by time to first token. Writes docs/resul
 
 from __future__ import annotations
 
-import json
+import argparse
 import statistics
 from dataclasses import dataclass
 
-from pages import RESULTS
+from pages import load, save, template
 from suite import mean_prompt
 
 from agentcache.bench.report import median_range
@@ -79,7 +79,7 @@ def agreeing(pairs: list[tuple[str, str]], replayed: dict[str, float]) -> int:
 
 
 def compare(page: LivePage) -> dict:
-    live = json.loads((RESULTS / f"{page.name}.json").read_text())
+    live = load(page.name)["policies"]
     policies = list(live)
     trace = as_served(
         generate(page.family, GenConfig(workflows=page.workflows, seed=BENCH_SEED)), page.token_scale, MAX_NEW_TOKENS
@@ -100,7 +100,7 @@ def compare(page: LivePage) -> dict:
     }
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], command: str) -> str:
     sections = []
     gaps = {
         row["page"]: [100 * (row["timed_hit"][p] - statistics.median(v)) for p, v in row["live_hit"].items()]
@@ -141,13 +141,7 @@ def markdown(rows: list[dict]) -> str:
         [
             "# The replay beside the live server",
             "",
-            "Command: `.venv/bin/python benchmarks/live_vs_replay.py`. Each live page's workload (`agentcache bench`",
-            "against the real SGLang 0.5.23 server on CPU) replayed exactly as it was sent (`agentcache.bench.as_served`,",
-            "the same capacity and pacing): untimed (SGLang's radix cache, each request served at once) and timed (a",
-            "model of SGLang's scheduler on one modelled H100). Live figures: median [min-max] over the page's",
-            "repetitions; time to first token is the median over requests in both. The seconds are not comparable",
-            "(a CPU server running a small model against a modelled GPU); the order of the policies is. A pair of",
-            "policies counts as ordered by the live runs where their repetitions do not overlap.",
+            *template("live-vs-replay/intro.md", command=command),
             "",
             f"**Of the pairs of policies the live repetitions order, the timed replay orders {counts['hit'][0]} of"
             f" {counts['hit'][1]} the same way by hit rate and {counts['ttft'][0]} of {counts['ttft'][1]} by time to"
@@ -165,12 +159,14 @@ def markdown(rows: list[dict]) -> str:
     )
 
 
+def page_of(saved: dict) -> str:
+    """The page (but its Made by line), from what a run wrote (`pages.save`)."""
+    return markdown(saved["rows"], saved["command"])
+
+
 def main() -> None:
-    rows = [compare(page) for page in PAGES]
-    (RESULTS / "live-vs-replay.json").write_text(json.dumps(rows, indent=1) + "\n")
-    page = markdown(rows)
-    (RESULTS / "live-vs-replay.md").write_text(page)
-    print(page)
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    save("live-vs-replay", page_of, {"rows": [compare(page) for page in PAGES]})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import json
 import multiprocessing
 import os
 import platform
@@ -36,9 +35,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from pages import RESULTS  # noqa: E402
+from pages import RESULTS, progress, save, template  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import agentcache  # noqa: E402
@@ -302,8 +300,7 @@ def calls_within(prepared: PreparedTrace, capacity: int, entries: dict[Any, str]
 def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: int) -> list[dict]:
     rows = []
     order = [*POLICIES, ALONE]
-    with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("overhead grid", total=len(in_flights) * len(capacities) * (repeat * len(order) + 3))
+    with progress("overhead grid", len(in_flights) * len(capacities) * (repeat * len(order) + 3)) as bar:
         for in_flight in in_flights:
             trace = workload(in_flight)
             prepared = PreparedTrace(trace)
@@ -319,14 +316,14 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                         modelled_ms[policy] = result.modelled_latency_s / result.requests * 1e3
                         if policy == ALONE:
                             alone_label = result.policy
-                    progress.advance(task, len(order))
+                    bar.advance(len(order))
                 asked, computed = count_keys(prepared, capacity)
-                progress.advance(task)
+                bar.advance()
                 calls, calls_ours = {}, {}
                 for policy in ("lfu", "pbkv"):
                     total, ours = count_calls(prepared, policy, capacity)
                     calls[policy], calls_ours[policy] = total / len(prepared.encoded), ours / len(prepared.encoded)
-                    progress.advance(task)
+                    bar.advance()
                 row = {
                     "in_flight": in_flight,
                     "measured_in_flight": round(concurrency, 1),
@@ -350,7 +347,7 @@ def measure(in_flights: tuple[int, ...], capacities: tuple[int, ...], repeat: in
                 # GPU time the cost model gives the prompts pbkv served from cache that lfu alone computed
                 row["modelled_prefill_ms_saved_per_request"] = modelled_ms[ALONE] - modelled_ms["pbkv"]
                 rows.append(row)
-                progress.console.print(
+                bar.print(
                     f"in flight {in_flight} capacity {capacity}: "
                     + ", ".join(f"{p} {row['ms_per_request'][p]:.3f} ms" for p in (*POLICIES, ALONE))
                     + f"; pbkv/lfu {row['pbkv_over_lfu']:.2f}x, pbkv/lfu alone {row['pbkv_over_lfu_alone']:.2f}x"
@@ -374,7 +371,7 @@ def plot(rows: list[dict], path) -> None:  # noqa: ANN001
     fig.savefig(path, dpi=110)
 
 
-def write_docs(rows: list[dict], command: str, repeat: int) -> None:
+def markdown(rows: list[dict], command: str, repeat: int) -> str:
     lines = [
         "# The scheduler's hot path: cache work per request",
         "",
@@ -382,50 +379,13 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "a process per policy on a 2-core machine; every figure below comes from that one run). The policy core",
         f"(`agentcache.compiled`) ran {compiled.active()}.",
         "",
-        "Code-retry workflows (`agentcache.workloads`, seed 1, 2 x in-flight + 200 workflows, arriving at",
-        f"in-flight / {MEAN_WORKFLOW_S:.0f} s per second; `measured`: workflows open averaged over the whole run, ramp-up",
-        "and drain included) replayed through SGLang 0.5.23's radix cache with the engine layer the server runs. `ms/request`: wall time of the replay (its turns) divided by its requests, which is all the",
-        "cache work of a request (prefix match, insert, eviction rounds, the policy's bookkeeping); the",
-        f"median of {repeat} runs per policy. In a run the policies replay in lockstep (`lockstep`): each in a",
-        "process of its own, which first collects the garbage it inherited (a replay pays for the garbage it",
-        "makes, not for the one before it) and freezes what exists then, as SGLang's scheduler freezes its",
-        "objects after warm-up (`/freeze_gc`: a full collection during the replay scans what serving made, not",
-        f"the trace the benchmark holds); the processes take turns of {TURN} requests, who goes first rotating",
-        "every round, and only the turns are timed. So every policy's cache work is timed in the same stretches",
-        "of the machine's time, whose speed swings by tens of percent within seconds: with whole replays run one",
-        "after another, as this page's runs were until 2026-12-05, pbkv / lfu at 100 in flight and 200,000",
-        "tokens was 1.28x [1.21-1.31] over 3 runs in one hour and 1.35x [1.25-1.88] over 5 twelve hours later,",
-        "with the same hit rates and pbkv's code, if anything, cheaper (docs/results/archive/overhead-instructions.md).",
-        "Turns of 10, 50, 200 and 1,000 requests there (lockstep runs of lfu and pbkv, three of each, the sizes",
-        "interleaved, 2026-12-05) gave 1.22-1.24x, 1.20-1.24x, 1.20-1.30x and 0.95-1.14x: the longer the turn, the",
-        "more of the machine's swings fall on one side of a pair; whole replays one after another, 0.98x and 1.28x",
-        "within minutes of each other. The grid run twice more that day in lockstep: on the machine as idle as for",
-        "this run, 0.80x-1.23x, the worst point 1.23x [1.19-1.27]; with the test suite running on its other core,",
-        "1.26x there (the first four points, then stopped): pbkv's work waits on memory more than lfu's (it",
-        "executes 1.09x lfu's instructions there, docs/results/archive/overhead-instructions.md), and a busier machine slows it more.",
-        "Min-max in brackets. The ratios are paired: each run's pbkv over the same run's baseline, then their",
-        "median and min-max.",
-        "`keys asked / computed`: eviction keys pbkv's heap asked the policy for per request, and of those",
-        "the ones it had to compute (the rest were kept on the node). SGLang's own lfu asks for the key",
-        "of every evictable leaf at every eviction round instead. `Python calls`: the function calls",
-        "cProfile counts in one more replay per policy, per request: a count of the work done on the",
-        "scheduler's thread that, unlike the times, does not move with what else the machine runs; in",
-        "brackets, those in agentcache's own code (its engine layer and the policy; a built-in counts with its",
-        "caller). The rest is SGLang's tree code: where more of a prompt is cached, its match and insert walk",
-        "more nodes, so pbkv's hits cost SGLang calls too. Calls inside a compiled policy core are C calls,",
-        "which cProfile does not see: there the count is of the engine layer's calls and SGLang's.",
-        "",
-        "Two baselines. `lfu` is SGLang's lfu strategy inside agentcache's engine layer, the way the plugin's",
-        "cache runs (SGLang's Python tree core, agentcache's tags and its node boundary at the fixed prompt):",
-        "`pbkv / lfu` is what pbkv's own decisions cost. `lfu alone` is what a user runs with",
-        "`--radix-eviction-policy lfu` and no agentcache: SGLang's own components on its default tree core",
-        f"(this run: `{rows[0]['alone']}`), fed the same SGLang calls per request as the other columns",
-        "(`agentcache/replay/engine.py`, `SGLangAloneCache`). The plugin cannot run on that core: SGLang builds its Rust tree core only for",
-        "its own strategies and components. `pbkv / lfu alone` is therefore what the plugin costs a user's",
-        "scheduler over plain SGLang, the Python tree core included. Beside it, what that buys: the prefill",
-        "the cost model (docs/results/serving-model.md: an 8B model on one H100) gives the prompt tokens pbkv served",
-        "from cache and lfu alone computed, per request. That is modelled GPU time, the cost on the left",
-        "measured CPU time on this machine: not one latency, but the sizes the two trade.",
+        *template(
+            "overhead/method.md",
+            mean_workflow_s=f"{MEAN_WORKFLOW_S:.0f}",
+            repeat=repeat,
+            turn=TURN,
+            alone=rows[0]["alone"],
+        ),
         "",
         "| in flight (measured) | capacity | requests | lru ms/request | lfu ms/request | pbkv ms/request "
         "| lfu alone ms/request | pbkv / lfu | pbkv / lfu alone | pbkv - lfu alone: cache work / modelled prefill"
@@ -485,57 +445,10 @@ def write_docs(rows: list[dict], command: str, repeat: int) -> None:
         "",
         "![cache work per request](img/overhead.png)",
         "",
-        "How eviction stays cheap at large caches (agentcache/engine/adapter.py, `EvictionHeap`): SGLang's",
-        "FULL component rebuilds its heap from every evictable leaf at every eviction round and asks for each",
-        "leaf's key (hundreds of leaves per request at 800,000 tokens: lfu's cost grows with the cache).",
-        "The plugin overrides that walk for pbkv with a heap kept across rounds: the policy reports the",
-        "nodes whose key changed, the heap re-keys those and the leaves it has no entry for, and checks",
-        "every other entry when it reaches the top (an entry whose node is no longer a leaf is dropped;",
-        "one whose key moved is pushed again). It learns of new leaves from SGLang's own leaf set, which the",
-        "plugin makes a set that also lists what SGLang adds to it (`RecordedLeaves`): no pass over every leaf",
-        "per round. In the replay, untimed and timed, it evicts in exactly the order of SGLang's rebuild",
-        "(`tests/test_replay.py::test_pbkvs_kept_eviction_heap_evicts_exactly_as_sglangs_rebuild_would`).",
-        "",
-        "Where the rest of pbkv's time goes: `.venv/bin/python benchmarks/overhead.py --breakdown",
-        "IN_FLIGHT CAPACITY` times each of its entry points at one point and counts the Python calls made",
-        "inside each (those do not move with the machine). Beyond the eviction heap, whose upkeep costs about",
-        "what SGLang's own rebuild does, the rest is bookkeeping per request that lfu does not do: the forecast",
-        "of the workflow's next agents, its timing weight and part of the fixed prompts' demand (at its",
-        "request, and again at its admission where an eviction round found it waiting), the periodic refresh",
-        "of every open workflow's timing weight, the walks of its path when it is tagged, and the keys that",
-        "these changes make it recompute.",
-        "",
-        "A change to that cost is smaller than this machine's drift over minutes: `.venv/bin/python",
-        "benchmarks/overhead_ab.py REVISION` measures it against another revision, each process pairing pbkv",
-        "with lfu, the two revisions' processes alternating, and prints both sides' pbkv / lfu and hit rates (both",
-        "sides run the policy core compiled, the other revision's built in its worktree; `--core source`: both from",
-        "source). Instructions do not drift: `.venv/bin/python benchmarks/overhead_instructions.py` counts those of",
-        "one replay per policy under valgrind's callgrind, and the garbage collections it triggers",
-        "(docs/results/archive/overhead-instructions.md): a change shows there to the last digit, and the ratio there is the part",
-        "of the wall-time ratio that executing more code explains.",
-        "",
-        "How pbkv keeps its keys cheap (agentcache/policy/pbkv/keys.py): each node's eviction key is kept on the",
-        "node and recomputed only when something it depends on changed (the node was used, a workflow it",
-        "serves moved on, an agent's demand changed); what changes with time alone (how soon each workflow",
-        "calls again) is refreshed every 16 requests or every quarter of the open workflows, whichever is",
-        "more, so a refresh costs a bounded amount per request however many workflows are open or were",
-        "ever seen (`tests/test_policies.py::test_policy_work_per_request_does_not_grow_with_retired_workflows`).",
-        "The forecaster re-rolls its forecasts once it learned a sixteenth more transitions than it knew (a few",
-        "more barely move them), not every 16: on a busy server a forecast is recomputed ever more rarely.",
-        "Workflows at the same point share one forecast and read it once (its discounted values and next-step",
-        "probabilities), the guard checks each forecast object once, and a fixed prompt's key is its agents'",
-        "demand alone unless some request read it past its own fixed prompt: a workflow moving on re-keys",
-        "its own history, not the fixed prompts it read",
-        "(`tests/test_policies.py::test_pbkv_rekeys_a_workflows_history_when_it_moves_on_not_the_fixed_prompts_it_read`).",
-        "A refresh adds each forecast that workflows share to the demand once, with their weights summed.",
-        "Where a workflow moves on, only the keys of its nodes that one of the agents whose term fell has read",
-        "are reported to the heap; the others can only have risen, and the heap re-keys them if they reach its",
-        "top. Where a request's finish supersedes the tagging of its own prompt (SGLang tags it once computed),",
-        "nothing of the old path is left behind to re-key.",
+        *template("overhead/notes.md"),
         "",
     ]
-    (RESULTS / "overhead.md").write_text("\n".join(lines))
-    (RESULTS / "overhead.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -572,11 +485,7 @@ def main() -> None:
     rows = measure(IN_FLIGHT, CAPACITIES, args.repeat)
     (RESULTS / "img").mkdir(exist_ok=True)
     plot(rows, RESULTS / "img" / "overhead.png")
-    command = ".venv/bin/python benchmarks/overhead.py" + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
-    write_docs(rows, command, args.repeat)
-    Console(stderr=True).print(
-        "wrote docs/results/overhead.md, docs/results/overhead.json, docs/results/img/overhead.png"
-    )
+    save("overhead", lambda saved: markdown(rows, saved["command"], args.repeat), {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ A result page is `docs/results/NAME.md`; its figures, where it has any, `docs/re
 with the writer's figures beside `commit` (`git rev-parse --short HEAD`, `-dirty` when tracked files had
 changes) and `command` (the command line that ran the writer), and `stale` where the page was made before the
 policy last changed. The page opens with its title, then `Made by `COMMAND` at commit `COMMIT`.` and, on a
-stale page, `Stale: <why>`. A writer renders the rest from what the JSON holds alone, so a page can be
-written again without running anything, and a test can check that it was.
+stale page, `Stale: <why>`. A writer renders the rest (`save(name, render, figures)`: `render` gets what the
+JSON holds); where it renders from the JSON alone, `render_again` writes the page again without running
+anything, and tests/test_benchmark_pages.py checks that each such committed page is its figures.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-
-from rich.console import Console  # noqa: E402
-from rich.progress import Progress, ProgressColumn  # noqa: E402
 
 from agentcache.engine.sglang_warnings import ignore_sglang_gpu_only_warnings  # noqa: E402
 
@@ -38,14 +40,21 @@ RESULTS = ROOT / "docs" / "results"
 TEMPLATES = HERE / "templates"
 MADE_BY = "Made by `"
 # The stamp; a page two writers share (reliability.md) names both on one line, the first in these groups.
-MADE_BY_LINE = re.compile(r"\nMade by `(?P<command>[^`\n]+)` at commit `(?P<commit>[0-9a-f]{7,40}(?:-dirty)?)`[^\n]*\n")
+MADE_BY_LINE = re.compile(
+    r"\nMade by `(?P<command>[^`\n]+)` at commit `(?P<commit>(?:[0-9a-f]{7,40}(?:-dirty)?|unknown))`[^\n]*\n"
+)
 STALE = "Stale: "
 
 
 def commit() -> str:
-    """The checkout's commit, `-dirty` when tracked files differ from it (untracked files do not count)."""
-    head = _git("rev-parse", "--short", "HEAD")
-    return head + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+    """The checkout's commit, `-dirty` when tracked files differ from it (untracked files do not count);
+    `unknown` in a copy of the tree without git (the GPU machine's)."""
+    try:
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
 
 
 def _git(*args: str) -> str:
@@ -96,14 +105,14 @@ def save(name: str, render: Callable[[dict], str], figures: dict | None = None, 
     if figures is not None:
         written.append(folder / f"{name}.json")
         written[1].write_text(json.dumps(saved, indent=1) + "\n")
-    Console(stderr=True).print("wrote " + ", ".join(str(_shown(path)) for path in written))
+    print("wrote " + ", ".join(str(_shown(path)) for path in written), file=sys.stderr)
 
 
 def render_again(name: str, render: Callable[[dict], str], *, folder: Path = RESULTS) -> None:
     """Write `NAME.md` again from `NAME.json`, running nothing."""
     saved = load(name, folder=folder)
     (folder / f"{name}.md").write_text(stamped(render(saved), saved))
-    Console(stderr=True).print(f"wrote {_shown(folder / f'{name}.md')} from its figures")
+    print(f"wrote {_shown(folder / f'{name}.md')} from its figures", file=sys.stderr)
 
 
 def load(name: str, *, folder: Path = RESULTS) -> dict:
@@ -115,17 +124,50 @@ def _shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
+class Bar:
+    """One task of a progress bar."""
+
+    def __init__(self, bar: Progress, task: TaskID):
+        self._bar, self._task = bar, task
+
+    def advance(self, steps: float = 1) -> None:
+        self._bar.advance(self._task, steps)
+
+    def describe(self, description: str) -> None:
+        self._bar.update(self._task, description=description)
+
+    def print(self, text: str) -> None:
+        """A line above the bar."""
+        self._bar.console.print(text)
+
+
 @contextmanager
-def progress(description: str, total: int, *columns: ProgressColumn) -> Iterator[Callable[..., None]]:
-    """A progress bar on stderr; yields `advance(steps=1)`."""
+def progress(description: str, total: float) -> Iterator[Bar]:
+    """A progress bar on stderr: what runs now, the bar, steps done of all, time so far."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda steps=1: bar.advance(task, steps)
+        yield Bar(bar, bar.add_task(description, total=total))
 
 
 def template(name: str, **values: object) -> list[str]:
     """`benchmarks/templates/NAME` with its `$placeholders` filled in, as lines (no trailing blank line)."""
     return Template((TEMPLATES / name).read_text()).substitute(values).rstrip("\n").split("\n")
+
+
+def save_section(name: str, marker: str, lines: list[str], figures: dict | None = None) -> None:
+    """Write this writer's section of `docs/results/NAME.md`, a page several writers share, between its markers,
+    under a line naming the commit and command that made it; with `figures`, write `NAME.json` (with them)."""
+    made = provenance()
+    stamp = f"{MADE_BY}{made['command']}` at commit `{made['commit']}`."
+    write_between_markers(RESULTS / f"{name}.md", marker, "\n".join([stamp, "", *lines]))
+    written = [f"docs/results/{name}.md's {marker} section"]
+    if figures is not None:
+        (RESULTS / f"{name}.json").write_text(json.dumps({**made, **figures}, indent=1) + "\n")
+        written.append(f"docs/results/{name}.json")
+    print("wrote " + ", ".join(written), file=sys.stderr)
 
 
 def write_between_markers(path: Path, name: str, text: str) -> None:

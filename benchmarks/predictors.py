@@ -17,8 +17,9 @@ import os
 import platform
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from pages import RESULTS
+from pages import RESULTS, save
 from rich.console import Console
 from rich.table import Table
 from suite import GENERATED, mean_prompt
@@ -181,9 +182,9 @@ def main() -> None:
     for family, r in replays.items():
         cells = [f"{r['lru']:.1%}", *(f"{r[f'pbkv+{s}']:.1%}" for s in REPLAY_SPECS), f"{r['belady']:.1%}"]
         lines.append(f"| {family} | {r['capacity']} | " + " | ".join(cells) + " |")
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(markdown(results, args.epochs, time.perf_counter() - start) + "\n".join(lines) + "\n")
-    Console(stderr=True).print(f"wrote {args.output}")
+    page = markdown(results, args.epochs, time.perf_counter() - start) + "\n".join(lines) + "\n"
+    output = Path(args.output)
+    save(output.stem, lambda _: page, folder=output.parent)
 
 
 if __name__ == "__main__":

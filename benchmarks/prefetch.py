@@ -13,12 +13,8 @@ docs/results/prefetch.md, docs/results/prefetch.json and docs/results/img/prefet
 from __future__ import annotations
 
 import argparse
-import json
-import time
 
-from pages import RESULTS
-from rich.console import Console
-from rich.progress import Progress
+from pages import RESULTS, progress, save, template
 from suite import GENERATED, mean_prompt
 
 from agentcache.predictor import PredictorSpec
@@ -34,11 +30,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="*", default=list(DYNAMIC_FAMILIES))
     args = parser.parse_args()
-    started = time.time()
     records = []
     cfg = GENERATED.__class__(**{**GENERATED.knobs(), "workflows": WORKFLOWS})
-    with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("prefetch", total=len(args.families) * (len(LAMBDAS) * len(VARIANTS) + 1))
+    with progress("prefetch", len(args.families) * (len(LAMBDAS) * len(VARIANTS) + 1)) as bar:
         for family in args.families:
             trace = generate(family, cfg)
             prepared = PreparedTrace(trace)
@@ -46,23 +40,18 @@ def main() -> None:
             host = 2 * capacity
             lru = replay_policy(prepared, "lru", capacity, host_capacity=host)
             records.append({"family": family, "noise": None, **lru.to_json()})
-            progress.advance(task)
+            bar.advance()
             for lam in LAMBDAS:
                 for variant in VARIANTS:
                     predictor = PredictorSpec.parse(f"noise:{lam}:markov" if lam else "markov").build()
                     r = replay_policy(prepared, variant, capacity, host_capacity=host, predictor=predictor)
                     records.append({"family": family, "noise": lam, **r.to_json()})
-                    progress.advance(task)
+                    bar.advance()
 
     lines = [
         "# Prefetch from the host tier under forecast noise",
         "",
-        "Command: `python benchmarks/prefetch.py`. Each family: "
-        f"{WORKFLOWS} workflows, device capacity 4x the mean prompt, a HiCache host tier twice that.",
-        "Modelled GPU time (s: the cost model's per-request costs summed, [cost model](../../agentcache/cost.py)) and, in brackets,",
-        "device hit rate;",
-        "`loaded`: prompt tokens reloaded from host at request time; `prefetched / used`: tokens a prefetch",
-        "loaded, and how many of them a request then read.",
+        *template("prefetch/intro.md", workflows=WORKFLOWS),
         "",
         "| family | lambda | lru | pbkv | + conservative prefetch | + aggressive prefetch | conservative: prefetched / used | aggressive: prefetched / used |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -90,10 +79,8 @@ def main() -> None:
         f"Conservative prefetch vs none, smallest GPU time saved over every family and lambda: {worst:+.2f} s.",
         "",
     ]
-    (RESULTS / "prefetch.md").write_text("\n".join(lines))
-    (RESULTS / "prefetch.json").write_text(json.dumps(records, indent=1))
+    save("prefetch", lambda _: "\n".join(lines), {"runs": records})
     _plot(records, args.families)
-    Console(stderr=True).print(f"wrote docs/results/prefetch.md in {time.time() - started:.0f} s")
 
 
 def _plot(records: list[dict], families: list[str]) -> None:

@@ -34,8 +34,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from pages import RESULTS, progress, render_again, save, template
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from suite import mean_prompt, suite
 
 from agentcache.replay.runner import PreparedTrace
@@ -116,7 +114,6 @@ def serve_row(name: str, trace: Trace, capacity: int, copies: int, n: int, polic
 
 def run(policy: str, only: list[str] | None, seed: int | None = None, processes: int | None = None) -> list[dict]:
     """Every row of the page, served by a pool of processes (spawned: forked children can hang in torch)."""
-    console = Console(stderr=True)
     jobs = []
     for st in suite(only, seed):
         trace = st.trace
@@ -125,21 +122,20 @@ def run(policy: str, only: list[str] | None, seed: int | None = None, processes:
         capacity = int(CAPACITY_PER_WORKER * mean_prompt(trace))
         jobs += [(st.name, tiled(trace, copies), capacity, copies, n, policy) for n in INSTANCES]
     rows: list[dict | None] = [None] * len(jobs)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     workers = min(len(jobs), processes or os.cpu_count() or 1)
     with (
-        progress(f"scale-out: {len(jobs)} rows on {workers} processes", len(jobs), *columns) as advance,
+        progress(f"scale-out: {len(jobs)} rows on {workers} processes", len(jobs)) as bar,
         ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool,
     ):
         futures = {pool.submit(serve_row, *job): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             row = rows[futures[future]] = future.result()
-            advance()
+            bar.advance()
             cells = ", ".join(
                 f"{routing} {figure['hit_rate']:.1%} p90 {figure['ttft_p90_s']:.3g}s"
                 for routing, figure in medians(row).items()
             )
-            console.print(f"{row['trace']} N={row['instances']} x{row['time_scale']:.3g}, medians: {cells}")
+            bar.print(f"{row['trace']} N={row['instances']} x{row['time_scale']:.3g}, medians: {cells}")
     return [row for row in rows if row is not None]
 
 

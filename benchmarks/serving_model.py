@@ -13,10 +13,11 @@ close and where it is not. Writes docs/results/serving-model.md.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 
-from pages import RESULTS
+from pages import RESULTS, save, template
 
 from agentcache.cost import DEFAULT_COST
 from agentcache.replay.runner import PreparedTrace
@@ -51,6 +52,7 @@ def burst_trace(requests: int, prompt: int, output: int) -> Trace:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     cost = DEFAULT_COST
     gpu = json.loads((RESULTS / "gpu-anchor.json").read_text())
     ours_fresh = {f["tokens"]: f["median_s"] for f in gpu["results"]["fresh"]}
@@ -112,18 +114,10 @@ def main() -> None:
         "",
         f"Source: {source}.",
         "",
-        "What the model leaves out: CUDA-graph and scheduling overheads per step beyond the fitted intercept,",
-        "chunked prefill interleaved with decode (SGLang's mixed batches), speculative decoding, and",
-        "variation of prompt and output lengths within a run. Comparisons between cache policies and",
-        "routings rest on the same model for every one of them; the absolute seconds are the model's.",
-        "An H200 reads memory faster than an H100 (4.8 against 3.35 TB/s) at the same bf16 compute, so",
-        "our decode steps are shorter than the H100's published ones while our prefill is close to them.",
-        "How the timed replay orders the policies beside the live server on CPU (the live benchmark's own",
-        "workloads): [live-vs-replay.md](live-vs-replay.md).",
+        *template("serving-model/limits.md"),
         "",
     ]
-    (RESULTS / "serving-model.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    save("serving-model", lambda _: "\n".join(lines))
 
 
 if __name__ == "__main__":

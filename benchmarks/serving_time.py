@@ -14,14 +14,11 @@ Writes docs/results/serving-time.{md,json}.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
 
-from pages import RESULTS
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from pages import progress, render_again, save, template
 from scale_out import CALIBRATION_STEPS, calibrate
 from suite import suite
 
@@ -37,27 +34,24 @@ PACES = (0.9, 1.0, 1.1)
 
 
 def run() -> list[dict]:
-    console = Console(stderr=True)
     traces = list(suite())
     rows = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        total = sum(CALIBRATION_STEPS + len(st.capacities) * len(POLICIES) * len(PACES) for st in traces)
-        task = progress.add_task("serving time", total=total)
+    total = sum(CALIBRATION_STEPS + len(st.capacities) * len(POLICIES) * len(PACES) for st in traces)
+    with progress("serving time", total) as bar:
         for st in traces:
             prepared = PreparedTrace(st.trace)
-            progress.update(task, description=f"{st.name}: calibrating")
+            bar.describe(f"{st.name}: calibrating")
             scale, utilization = calibrate(prepared, "lru", 1, st.capacities[len(st.capacities) // 2])
-            progress.advance(task, CALIBRATION_STEPS)
+            bar.advance(CALIBRATION_STEPS)
             for capacity in st.capacities:
                 runs: dict[str, list[dict]] = {}
                 for policy in POLICIES:
-                    progress.update(task, description=f"{st.name} {capacity:,}: {policy}")
+                    bar.describe(f"{st.name} {capacity:,}: {policy}")
                     runs[policy] = []
                     for pace in PACES:
                         served = serve_trace(prepared, policy, capacity, time_scale=scale * pace)
                         runs[policy].append({"time_scale": scale * pace, **served.summary()})
-                        progress.advance(task)
+                        bar.advance()
                 rows.append(
                     {
                         "trace": st.name,
@@ -67,7 +61,7 @@ def run() -> list[dict]:
                         "runs": runs,
                     }
                 )
-                console.print(
+                bar.print(
                     f"{st.name} {capacity:,} x{scale:.3g}: "
                     + ", ".join(
                         f"{p} {_median(r, 'hit_rate'):.1%} p90 {_median(r, 'ttft_p90_s'):.2f}s" for p, r in runs.items()
@@ -129,19 +123,7 @@ def markdown(rows: list[dict], seconds: float) -> str:
         "",
         f"Command: `python benchmarks/serving_time.py` (x86_64, Python {platform.python_version()}, {seconds:.0f} s).",
         "",
-        "The timed replay (`agentcache/replay/serving.py`: SGLang 0.5.23's real radix cache under a model of",
-        "its scheduler: a queue, prefill batches of at most 8,192 new tokens, decode steps, admission while",
-        "the KV pool holds a request) serves each suite trace on one worker. Step times come from the cost",
-        "model of an 8B model in bf16 on one H100 ([serving-model.md](serving-model.md)); its prefill times are",
-        "at most 5% below those we timed for that model's shape on an H200 from 10,000 tokens up, 15% below at",
-        "1,000 ([gpu-anchor.md](gpu-anchor.md)). Modelled seconds, not a live server's. Per trace, arrivals are",
-        "compressed (`time scale`) until LRU keeps the worker about 90% busy at the middle capacity (`lru",
-        "util`); every policy then serves the trace at that pace and at 0.9x and 1.1x of it (one eviction can",
-        "move a run by a point; the replay is otherwise deterministic), at each of the suite's capacities (4x,",
-        "8x and 16x the mean prompt; the recorded traces' own). Cells: median token hit rate · median p90 TTFT",
-        "(s) [min-max over the three paces]. `lfu` and `slru` are what a user gets from SGLang with one flag;",
-        "`offline reference` is farthest-next-use over radix nodes, knowing the trace (a heuristic, not an",
-        "optimum). The last column: pbkv's p90 over the better of lfu and slru at the same pace, median [min-max].",
+        *template("serving-time/method.md"),
         "",
         f"**pbkv's median p90 TTFT is at or below LRU's and the better built-in's at {below} of {len(rows)} points**;",
         f"over the better built-in's, the median ratio is {statistics.median(medians):.2f}x "
@@ -177,23 +159,22 @@ def markdown(rows: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--render", action="store_true", help="write the page again from docs/results/serving-time.json"
     )
-    args = parser.parse_args(argv)
-    figures_path = RESULTS / "serving-time.json"
-    if args.render:
-        figures = json.loads(figures_path.read_text())
-    else:
-        started = time.time()
-        rows = run()
-        figures = {"seconds": time.time() - started, "rows": rows}
-        figures_path.write_text(json.dumps(figures, indent=1) + "\n")
-    page = markdown(figures["rows"], figures["seconds"])
-    (RESULTS / "serving-time.md").write_text(page)
-    print(page)
+    if parser.parse_args().render:
+        render_again("serving-time", page_of)
+        return
+    started = time.time()
+    rows = run()
+    save("serving-time", page_of, {"seconds": time.time() - started, "rows": rows})
+
+
+def page_of(saved: dict) -> str:
+    """The page (but its Made by line), from what a run wrote (`pages.save`)."""
+    return markdown(saved["rows"], saved["seconds"])
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ Writes docs/results/reliability.md and docs/results/reliability.json.
 
 from __future__ import annotations
 
-import json
+import argparse
 import resource
 import time
 from dataclasses import replace
 
-from pages import RESULTS, write_between_markers
+from pages import save_section
 from rich.console import Console
 from suite import mean_prompt
 
@@ -179,14 +179,12 @@ def bounds_section() -> list[str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     console = Console(stderr=True)
-    started = time.time()
     soaked = soak(console)
     hostile = adversarial(console)
     s = soaked[0]
     lines = [
-        "Command: `python benchmarks/soak.py`.",
-        "",
         f"## Soak: {SOAK_WORKFLOWS:,} code-retry workflows, a fifth never ended (lease 60 s), pbkv, capacity {s['capacity']} tokens",
         "",
         f"{s['requests']:,} requests, hit rate {s['hit_rate']:.1%}. Resident memory was {s['rss_mb_before_trace']:,.0f} MB"
@@ -225,9 +223,7 @@ def main() -> None:
         "",
         *bounds_section(),
     ]
-    write_between_markers(RESULTS / "reliability.md", "soak", "\n".join(lines))
-    (RESULTS / "reliability.json").write_text(json.dumps({"soak": soaked, "adversarial": hostile}, indent=1))
-    console.print(f"wrote docs/results/reliability.md in {time.time() - started:.0f} s")
+    save_section("reliability", "soak", lines, {"soak": soaked, "adversarial": hostile})
 
 
 if __name__ == "__main__":

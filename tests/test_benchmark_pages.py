@@ -85,17 +85,21 @@ def test_scale_out_verdicts_are_on_the_medians_over_the_paces():
 def test_live_vs_replay_page_is_its_figures():
     import live_vs_replay
 
-    rows = json.loads((DOCS / "live-vs-replay.json").read_text())
-    assert [row["page"] for row in rows] == [page.name for page in live_vs_replay.PAGES]
-    assert live_vs_replay.markdown(rows) == written_page("live-vs-replay")[0]
+    saved = json.loads((DOCS / "live-vs-replay.json").read_text())
+    page, made = written_page("live-vs-replay")
+    assert [row["page"] for row in saved["rows"]] == [page.name for page in live_vs_replay.PAGES]
+    assert live_vs_replay.page_of(saved) == page
+    assert made == provenance_of(saved)
 
 
 def test_heldout_page_is_its_figures():
     import heldout
 
-    rows = json.loads((DOCS / "heldout.json").read_text())
-    assert heldout.markdown(rows, heldout.COMMAND) == written_page("heldout")[0]
-    assert {(row["family"], row["seed"]) for row in rows} == {
+    saved = json.loads((DOCS / "heldout.json").read_text())
+    page, made = written_page("heldout")
+    assert heldout.page_of(saved) == page
+    assert made == provenance_of(saved)
+    assert {(row["family"], row["seed"]) for row in saved["rows"]} == {
         (family, seed) for family in heldout.FAMILIES for seed in heldout.SEEDS
     }
 
@@ -114,6 +118,44 @@ def test_every_result_page_says_what_made_it():
     for page in DOCS.glob("*.md"):
         if page.name != "README.md":
             written_page(page.stem)
+
+
+def test_live_bench_pages_are_their_figures():
+    import shlex
+
+    import live_bench
+
+    for name in ("live-bench", "live-bench-chat", "live-bench-full-prompts", "live-bench-phased-chat"):
+        saved = json.loads((DOCS / f"{name}.json").read_text())
+        page, made = written_page(name)
+        extra = shlex.split(saved["command"])[2:]  # the arguments the page was made with
+        assert live_bench.page_name(extra) == name
+        assert live_bench.markdown(saved["policies"], extra) == page, name
+        assert made == provenance_of(saved), name
+
+
+def test_every_result_json_says_what_made_it():
+    for figures in DOCS.glob("*.json"):
+        saved = json.loads(figures.read_text())
+        assert isinstance(saved, dict) and {"commit", "command"} <= set(saved), figures.name
+        # A page two writers share names both on its stamp line: this JSON's writer is one of them.
+        page = (DOCS / f"{figures.stem}.md").read_text()
+        assert f"`{saved['command']}` at commit `{saved['commit']}`" in page, figures.name
+
+
+def test_a_stamped_page_is_unstamped_back_and_every_template_is_used():
+    from pages import HERE, TEMPLATES, stamped, unstamped
+
+    body = "# Title\n\nCommand: `x`.\n\nText.\n"
+    for saved in (
+        {"command": "python benchmarks/x.py --seed 1", "commit": "1a2b3c4"},
+        {"command": "python benchmarks/x.py", "commit": "1a2b3c4-dirty", "stale": "made before 9a13663."},
+    ):
+        assert unstamped(stamped(body, saved)) == (body, saved)
+    assert unstamped(body) == (body, None)
+    writers = "".join(path.read_text() for path in HERE.glob("*.py"))
+    for path in TEMPLATES.rglob("*.md"):
+        assert f'"{path.relative_to(TEMPLATES)}"' in writers, f"{path} is no writer's template"
 
 
 def test_live_ordered_pairs_leave_overlapping_repetitions_unordered():

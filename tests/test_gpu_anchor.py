@@ -3,18 +3,14 @@ figures: tests/test_benchmark_pages.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpu_anchor", ROOT / "benchmarks" / "gpu_anchor.py")
-gpu_anchor = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_anchor"] = gpu_anchor  # its dataclasses look their module up while the file runs
-_spec.loader.exec_module(gpu_anchor)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpu_anchor  # noqa: E402
 
 
 def test_prefill_over_the_cache_gives_the_fresh_logits():
