@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pages import RESULTS, render_again, save  # noqa: E402
+from pages import RESULTS, render_again, save, template  # noqa: E402
 
 from agentcache.cost import DEFAULT_COST  # noqa: E402
 
@@ -317,15 +317,18 @@ def render(figures: dict) -> str:
     lines = [
         "# The cost model beside a GPU",
         "",
-        f"Command: `{figures['command']}` on {figures['device']} (torch {figures['torch']},",
-        f"{figures['date']}; one run). Llama-3-8B's shape in bf16 with random weights, timed with PyTorch alone",
-        "(SDPA attention, a contiguous KV cache, decode steps replayed as CUDA graphs): the arithmetic",
-        "SGLang runs, not SGLang's kernels or scheduler (its GPU build could not be installed there). Times are",
-        f"medians [min-max] of {figures['plan']['reps']} repetitions after a warm-up ({LONG_PROMPT_REPS} for prompts of"
-        f" {LONG_PROMPT:,}",
-        f"tokens and more; {DECODE_REPS} for decode steps). `model` is `agentcache/cost.py`, fitted to published",
-        "figures for an H100 SXM (docs/results/serving-model.md). Self-check: the last logits of a prompt",
-        f"prefilled fresh and in three parts over the cache differ by {figures['self_check']:.1e} (relative).",
+        *template(
+            "gpu-anchor/intro.md",
+            command=figures["command"],
+            device=figures["device"],
+            torch=figures["torch"],
+            date=figures["date"],
+            reps=figures["plan"]["reps"],
+            long_prompt_reps=LONG_PROMPT_REPS,
+            long_prompt=f"{LONG_PROMPT:,}",
+            decode_reps=DECODE_REPS,
+            self_check=f"{figures['self_check']:.1e}",
+        ),
         "",
         "## Prefill of a fresh prompt (one request)",
         "",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import platform
 
-from pages import RESULTS, ROOT, load, progress, save, write_between_markers
+from pages import RESULTS, ROOT, load, progress, save, template, write_between_markers
 from suite import suite
 
 from agentcache.policy.spec import BUILTINS
@@ -38,7 +38,7 @@ def replay_point(prepared: PreparedTrace, capacity: int, policies: list[str]) ->
     return results, max(BUILTINS, key=lambda b: results[b].hit_rate)
 
 
-def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult]]]:
+def run(only: list[str] | None) -> list[tuple[str, list[ReplayResult]]]:
     traces = list(suite(only))
     policies = [*OURS, *BUILTINS]
     out = []
@@ -52,7 +52,7 @@ def run(only: list[str] | None) -> list[tuple[str, bool, bool, list[ReplayResult
             ]
             fill_gap_closed(results)
             results += ceiling(prepared, st.capacities)
-            out.append((st.name, st.dynamic, st.real, results))
+            out.append((st.name, results))
             plot_timeline(
                 [
                     r
@@ -70,23 +70,29 @@ def cell(r: ReplayResult) -> str:
     return f"{r.hit_rate:.1%}{gap}"
 
 
-def markdown(runs, command: str) -> str:
+def page_of(saved: dict) -> str:
+    """The page (but its Made by line), from what a run wrote (`pages.save`): every run's figures."""
+    by_trace: dict[str, list[ReplayResult]] = {}
+    for record in saved["runs"]:
+        fields = {k: v for k, v in record.items() if k not in ("trace", "hit_rate")}
+        by_trace.setdefault(record["trace"], []).append(ReplayResult(**fields))
+    return markdown(list(by_trace.items()), saved["command"])
+
+
+def markdown(runs: list[tuple[str, list[ReplayResult]]], command: str) -> str:
     lines = [
         "# Replay benchmark: every policy through SGLang's radix cache",
         "",
         f"Command: `{command}` ({platform.machine()}, Python {platform.python_version()}).",
-        "Token hit rate per policy; in brackets the share of the gap between LRU and the offline reference",
-        "that the policy closes (above 100%: it beats the reference). Bold: the best online policy.",
-        "`belady` is the offline reference: knowing the whole trace, it evicts the node whose next use is",
-        "farthest away; over radix nodes of different sizes that is a strong heuristic, not a proven",
-        "optimum. `unlimited`: a cache that never evicts, the ceiling. `best built-in` is the best of",
-        f"SGLang's own `--radix-eviction-policy` strategies ({', '.join(BUILTINS)}). `pbkv GPU time vs lru`:",
-        "lru's modelled GPU time over pbkv's (the cost model's sum of per-request costs, not a latency).",
+        *template(
+            "ladder/intro.md",
+            builtins=", ".join(BUILTINS),
+        ),
         "",
     ]
     header = ["trace", "capacity", *OURS, UNLIMITED, "best built-in", "pbkv vs best built-in", "pbkv GPU time vs lru"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, _dynamic, _real, results in runs:
+    for name, results in runs:
         for capacity in sorted({r.capacity for r in results}):
             by = {r.policy: r for r in results if r.capacity == capacity}
             builtin = max((by[b] for b in BUILTINS), key=lambda r: r.hit_rate)
@@ -151,8 +157,8 @@ def main() -> None:
         write_readme_table()
         return
     runs = run(args.only)
-    records = [{"trace": name, **r.to_json()} for name, _d, _r, results in runs for r in results]
-    save("benchmarks", lambda saved: markdown(runs, saved["command"]), {"runs": records})
+    records = [{"trace": name, **r.to_json()} for name, results in runs for r in results]
+    save("benchmarks", page_of, {"runs": records})
     if not args.only:
         write_readme_table()
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from pages import RESULTS, save
+from pages import RESULTS, save, template
 from rich.console import Console
 from rich.table import Table
 from suite import GENERATED, mean_prompt
@@ -109,25 +109,17 @@ def markdown(results: dict[str, list[Evaluation]], epochs: int, seconds: float) 
     lines = [
         "# Predictor accuracy",
         "",
-        "K-step forecasts of each workflow's next agents on held-out traces, per generated family.",
-        "Reproduce with:",
-        "",
-        "    .venv/bin/python benchmarks/predictors.py",
-        "",
-        f"Traces: `benchmarks/suite.py`'s GENERATED knobs ({GENERATED.workflows} workflows); training seeds "
-        f"{', '.join(map(str, TRAIN_SEEDS))}, test seed {GENERATED.seed} (the trace the replay benchmarks use). "
-        f"The neural predictor is trained per family for {epochs} epochs (default NeuralConfig, CPU, one thread); "
-        "the online predictors (markov, markov-n, static's END rate) observe the training traces in order, then "
-        "score the test trace prequentially: at every request they learn the transition it reveals, then "
-        "forecast the workflow's new state. The Markov ones re-roll a context's forecast at the pace they serve "
-        f"pbkv at (every {SERVING_REFRESH_EVERY} transitions learned, or 1/{SERVING_REFRESH_SHARE} more than "
-        f"they knew where that is more), so `markov-n:{DEFAULT_ORDER}` here is pbkv's own forecaster and a "
-        "`predict()` mostly returns a kept forecast.",
-        "",
-        "Per step k: **top-1** is how often the row's most likely outcome (END included) is what came k requests "
-        "later; **log-loss** is the mean `-ln p` of it, probabilities floored at 1e-6. **ms** is the mean wall "
-        "time of one `predict()`, **cpu ms** the calling thread's CPU time for it (the machine is shared, so wall "
-        f"time includes waiting for a core: load average {load} when this was written).",
+        *template(
+            "predictors/intro.md",
+            workflows=GENERATED.workflows,
+            train_seeds=", ".join(map(str, TRAIN_SEEDS)),
+            test_seed=GENERATED.seed,
+            epochs=epochs,
+            refresh_every=SERVING_REFRESH_EVERY,
+            refresh_share=SERVING_REFRESH_SHARE,
+            order=DEFAULT_ORDER,
+            load=load,
+        ),
         "",
     ]
     steps = [f"k={k}" for k in range(1, DEFAULT_HORIZON + 1)]

@@ -20,7 +20,7 @@ import resource
 import time
 from dataclasses import replace
 
-from pages import save_section
+from pages import save_section, template
 from rich.console import Console
 from suite import mean_prompt
 
@@ -153,27 +153,29 @@ def bounds_section() -> list[str]:
 
     registry, markov = WorkflowRegistry(), MarkovPredictor()
     return [
-        "## What bounds the policy's state and work, whatever clients send",
-        "",
-        f"- workflows: at most {registry.max_active:,} active (the least recently seen retire first), each"
-        f" remembering its last {registry.max_path} agents; a workflow not heard from for its lease"
-        f" ({DEFAULT_LEASE_S:.0f} s by default) retires;",
-        f"- per cache node: at most {MAX_WORKFLOWS_PER_NODE} workflows (ended ones forgotten first, then the least"
-        " recent);",
-        f"- per refresh of the demand: the {MAX_FORECAST_WORKFLOWS:,} most recently active workflows' forecasts;",
-        f"- forecaster (online Markov): the {markov.max_agents} most recently observed agents and"
-        f" {markov.max_contexts:,} contexts, and at most {markov.MAX_STATES} contexts followed per forecast step,"
-        f" so the cost of a forecast stops growing once clients have invented {markov.max_agents} agent ids (the"
-        " last row of the table: bounded, though several times the honest cost);",
-        f"- timing: gap models for at most {MAX_GAP_MODELS:,} agents, {PER_AGENT_GAPS} gaps each; fixed prompts"
-        f" remembered for prefetching: at most {MAX_TRACKED_AGENTS:,} agents;",
-        f"- in the server, a forecast slower than {PREDICTOR_BUDGET_MS:.0f} ms is replaced by the fallback's"
-        " (when TP = 1: ranks must agree);",
-        f"- in the HTTP process, rendered fixed prompts: at most {prefixes.max_entries:,} and {prefixes.max_tokens:,}"
-        f" tokens in all (8 bytes each), none longer than {prefixes.max_tokens_each:,} tokens kept;",
-        f"- in the scheduler, requests awaiting release: at most {MAX_PENDING_REQUESTS:,}; workflow records for the"
-        f" statistics: the {MAX_RECORDS:,} most recent, about {MAX_RECORD_BYTES >> 20} MB in all, each naming at most"
-        f" {MAX_AGENTS_PER_RECORD} agents; per-tenant counters: the {MAX_TENANTS:,} most recently active tenants.",
+        *template(
+            "reliability/bounds.md",
+            max_active=f"{registry.max_active:,}",
+            max_path=registry.max_path,
+            lease_s=f"{DEFAULT_LEASE_S:.0f}",
+            max_workflows_per_node=MAX_WORKFLOWS_PER_NODE,
+            max_forecast_workflows=f"{MAX_FORECAST_WORKFLOWS:,}",
+            max_agents=markov.max_agents,
+            max_contexts=f"{markov.max_contexts:,}",
+            max_states=markov.MAX_STATES,
+            max_gap_models=f"{MAX_GAP_MODELS:,}",
+            per_agent_gaps=PER_AGENT_GAPS,
+            max_tracked_agents=f"{MAX_TRACKED_AGENTS:,}",
+            predictor_budget_ms=f"{PREDICTOR_BUDGET_MS:.0f}",
+            max_prefixes=f"{prefixes.max_entries:,}",
+            max_prefix_tokens=f"{prefixes.max_tokens:,}",
+            max_prefix_tokens_each=f"{prefixes.max_tokens_each:,}",
+            max_pending_requests=f"{MAX_PENDING_REQUESTS:,}",
+            max_records=f"{MAX_RECORDS:,}",
+            max_record_mb=MAX_RECORD_BYTES >> 20,
+            max_agents_per_record=MAX_AGENTS_PER_RECORD,
+            max_tenants=f"{MAX_TENANTS:,}",
+        ),
         "",
     ]
 

@@ -30,8 +30,7 @@ class SuiteTrace:
     name: str
     trace: Trace
     capacities: tuple[int, ...]
-    dynamic: bool  # a generated family whose path is decided at run time
-    real: bool
+    real: bool  # a recorded trace (else a generated family)
 
 
 def mean_prompt(trace: Trace) -> float:
@@ -41,11 +40,9 @@ def mean_prompt(trace: Trace) -> float:
 
 def generated(family: str, seed: int = GENERATED.seed) -> SuiteTrace:
     """A generated family at `seed` (the suite's knobs), with its capacities: CAPACITY_FACTORS x its mean prompt."""
-    from agentcache.workloads import DYNAMIC_FAMILIES
-
     trace = generate(family, replace(GENERATED, seed=seed))
     m = mean_prompt(trace)
-    return SuiteTrace(family, trace, tuple(int(m * f) for f in CAPACITY_FACTORS), family in DYNAMIC_FAMILIES, False)
+    return SuiteTrace(family, trace, tuple(int(m * f) for f in CAPACITY_FACTORS), False)
 
 
 def suite(only: list[str] | None = None, seed: int | None = None) -> Iterator[SuiteTrace]:
@@ -59,4 +56,4 @@ def suite(only: list[str] | None = None, seed: int | None = None) -> Iterator[Su
     for name, capacities in REAL_CAPACITIES.items():
         if only and name not in only:
             continue
-        yield SuiteTrace(name, read_trace(REAL_TRACES / f"{name}.jsonl"), capacities, False, True)
+        yield SuiteTrace(name, read_trace(REAL_TRACES / f"{name}.jsonl"), capacities, True)

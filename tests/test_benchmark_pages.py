@@ -120,6 +120,15 @@ def test_every_result_page_says_what_made_it():
             written_page(page.stem)
 
 
+def test_ladder_page_is_its_figures():
+    import ladder
+
+    saved = json.loads((DOCS / "benchmarks.json").read_text())
+    page, made = written_page("benchmarks")
+    assert ladder.page_of(saved) == page
+    assert made == provenance_of(saved)
+
+
 def test_live_bench_pages_are_their_figures():
     import shlex
 
