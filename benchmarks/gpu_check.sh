@@ -14,7 +14,7 @@
 # (docs/results/gpu-anchor.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-docs}
+OUT=${OUT:-docs/results}
 nvidia-smi -L
 timeout 180 .venv/bin/python -m pytest -q tests/test_prefetch_e2e.py
 timeout 400 .venv/bin/agentcache bench --gpu --model-size large --workflows 48 --token-scale 1.0 \
