@@ -39,7 +39,8 @@ ROOT = HERE.parent
 RESULTS = ROOT / "docs" / "results"
 TEMPLATES = HERE / "templates"
 MADE_BY = "Made by `"
-# The stamp; a page two writers share (reliability.md) names both on one line, the first in these groups.
+# The stamp line under a page's title. A page two writers share (reliability.md) names both on it; the groups
+# match the first.
 MADE_BY_LINE = re.compile(
     r"\nMade by `(?P<command>[^`\n]+)` at commit `(?P<commit>(?:[0-9a-f]{7,40}(?:-dirty)?|unknown))`[^\n]*\n"
 )
