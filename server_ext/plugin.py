@@ -207,7 +207,7 @@ def _register_worker() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from agentcache.server_ext.cache import build_agentcache
-    from agentcache.server_ext.cpu import apply_cpu_hicache_shims
+    from agentcache.engine.cpu_hicache import apply_cpu_hicache_shims
 
     if get_radix_cache_factory(BACKEND) is None:
         register_radix_cache_backend(BACKEND, build_agentcache)

@@ -27,7 +27,7 @@ def _host_tier_args(capacity: int, host_capacity: int) -> Any:
     from sglang.srt import runtime_context
     from sglang.srt.server_args import ServerArgs
 
-    from agentcache.server_ext.cpu import apply_cpu_hicache_shims
+    from agentcache.engine.cpu_hicache import apply_cpu_hicache_shims
 
     apply_cpu_hicache_shims()
     # ServerArgs resolves a model config; a one-layer stub stands in (the replay runs no model).
