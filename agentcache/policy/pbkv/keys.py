@@ -7,9 +7,9 @@ agent, forgets the keys whose inputs changed, and tells the engine's eviction he
 (agentcache.engine.heap.EvictionHeap) which nodes to re-key. A key is current while it was computed in the
 current epoch and not forgotten since; a new epoch (pbkv's refresh starts one) forgets every key at once.
 
-Each node's kept key lives in one slot of its tags (``NodeTags.kept``, a :class:`KeptKey`, made here at the
-node's first key): the engine hands the policy a node, and reading its key costs no lookup. Only this module
-reads or writes that slot.
+Each node's kept key lives in one slot of its tags (``NodeTags.kept``, a :class:`KeptKey` made here the first
+time the node's key is kept or forgotten): the engine hands the policy a node, and reading its key there costs
+no lookup. Only this module reads or writes that slot.
 """
 
 from __future__ import annotations
