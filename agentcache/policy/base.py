@@ -21,16 +21,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, Protocol
+from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
 
+from agentcache.policy.kept_key import KeptKey
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
 from agentcache.tags import Tags, WorkflowKey
-
-if TYPE_CHECKING:  # the policy that keeps keys imports this module
-    from agentcache.policy.pbkv.keys import KeptKey
 
 TAGS_ATTR = "agentcache_tags"
 

@@ -17,29 +17,20 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from agentcache.policy.base import MAX_TRACKED_AGENTS, TAGS_ATTR, NodeTags
+from agentcache.policy.kept_key import KeptKey
 from agentcache.policy.pbkv.ingredients import Ingredients
 from agentcache.tags import WorkflowKey
 
-# KeptKey.epoch of a key never computed, and of one forgotten since it was last computed: reported to the
-# engine (FORGOTTEN) or, where it can only have grown, not (RISEN).
-NEVER, FORGOTTEN, RISEN = -1, -2, -3
+# KeptKey.epoch of a key forgotten since it was last computed: reported to the engine (FORGOTTEN) or, where
+# it can only have grown, not (RISEN).
+FORGOTTEN, RISEN = -2, -3
 # Changed keys remembered for the engine between two eviction rounds; past this the engine re-keys every leaf
 # instead (bounded memory when nothing evicts for a long while).
 MAX_CHANGED_KEYS = 65_536
 MAX_REKEYS = 1 << 16  # scheduled re-keys kept before the stale ones are dropped
-
-
-@dataclass(slots=True, eq=False)
-class KeptKey:
-    """One node's kept eviction key (NodeTags.kept)."""
-
-    key: tuple | None = None
-    epoch: int = NEVER  # the epoch it was computed in, or NEVER, FORGOTTEN, RISEN
-    rekey_at: float = 0.0  # policy clock at which the key changes with the node's age alone (0: never)
 
 
 def kept_of(t: NodeTags) -> KeptKey:
