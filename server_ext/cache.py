@@ -154,17 +154,13 @@ class AgentCache(UnifiedRadixCache):
             req.full_untruncated_fill_ids, req.extra_key, is_bigram=self.tree_core.is_eagle, cache_salt=req.cache_salt
         )
         # Unfinished, the prompt is computed and shareable, and the request runs on; finished, SGLang split its
-        # prompt from its output already. A split reads the tree's own slots.
+        # prompt from its output already.
         finished = req.finished()
         matched = getattr(req, "cached_tokens", 0) if finished else None
         prompt = len(req.origin_input_ids) if finished else None
-        path = split_and_tag(
-            self, req.last_node, key, None, tags.fixed, self._tag_path, tags, tags.ts, matched, prompt,
-            priority=req.priority or 0,
-        )  # fmt: skip
+        used = self._consult("a checkpoint into the tree", self._split_and_tag, req, key, tags, matched, prompt)
         if matched is None or prompt is None:  # unfinished
             return
-        used = take_prefetched(path[: _nodes_within(path, matched)])
         if used:
             self._count("prefetch_used_tokens", used, metric="tokens")
         if tags.implicit:
@@ -173,6 +169,15 @@ class AgentCache(UnifiedRadixCache):
         self._count("prompt_tokens", prompt, metric="tokens", tenant=tenant)
         self._count("hit_tokens", matched, metric="tokens", tenant=tenant)
         self._count("host_hit_tokens", getattr(req, "cached_tokens_host", 0), metric="tokens", tenant=tenant)
+
+    def _split_and_tag(self, req: Any, key: RadixKey, tags: Tags, matched: int | None, prompt: int | None) -> int:
+        """The request's path split at its fixed prompt and tagged; tokens of it a prefetch brought and it read.
+        A split reads the tree's own slots."""
+        path = split_and_tag(
+            self, req.last_node, key, None, tags.fixed, self._tag_path, tags, tags.ts, matched, prompt,
+            priority=req.priority or 0,
+        )  # fmt: skip
+        return 0 if matched is None else take_prefetched(path[: _nodes_within(path, matched)])
 
     def _tag_path(self, *args: Any) -> None:
         self._consult("tagging a path", self.policy.tag_path, *args)

@@ -29,12 +29,14 @@ def request(i: int) -> dict:
 
 def test_a_policy_that_raises_in_the_live_server_is_dropped_for_lru_and_a_bench_run_says_so(tmp_path, monkeypatch):
     """Before, the exception went up through SGLang's scheduler, which exited and failed every request on the
-    worker. Now every request is answered, the server logs and counts the fault and evicts by SGLang's LRU, and
-    `agentcache bench` (and demo) refuse the run: its figures would be lru's under pbkv's name."""
+    worker (a fault in the checkpoint into the tree too, injected first). Now every request is answered, the
+    server logs and counts the faults and evicts by SGLang's LRU after the one in eviction, and `agentcache bench`
+    (and demo) refuse the run: its figures would be lru's under pbkv's name."""
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [str(FAULT_INJECTION), os.environ.get("PYTHONPATH")]))
     )
     monkeypatch.setenv("AGENTCACHE_TEST_FAULT_AFTER", "30")
+    monkeypatch.setenv("AGENTCACHE_TEST_SPLIT_FAULT_AFTER", "5")  # in the checkpoint into the tree, before that
     # The fault is injected by replacing a method of pbkv's class, which its compiled build does not allow.
     monkeypatch.setenv(PURE_ENV, "1")
     answers: list[int] = []
@@ -56,3 +58,5 @@ def test_a_policy_that_raises_in_the_live_server_is_dropped_for_lru_and_a_bench_
     assert answers == [200] * 40, "every request answered, after the fault too"
     log = (tmp_path / "pbkv-1.log").read_text()
     assert "agentcache: the pbkv policy failed in" in log and "a fault injected into pbkv's key computation" in log
+    # The checkpoint's fault (issue 55, case 10) took the scheduler down before; now it is one bookkeeping fault.
+    assert "failed in a checkpoint into the tree" in log and "a fault injected into a path's walk" in log
