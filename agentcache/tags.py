@@ -174,19 +174,26 @@ class Stamped(NamedTuple):
     """What the HTTP process hands the scheduler for one request: the tenant it came from and either its tags
     (the client's, or the implicit ones the server made for a request without any: ``tags.implicit``),
     stamped with the server's clock, or the reason it refused the client's (``reason``; both None: the
-    request came without tags and the server made none)."""
+    request came without tags and the server made none). SGLang sends an ``n`` group (n > 1 samples of one
+    prompt) to the scheduler as ``members`` requests with this one stamp, a prefill-only warm-up and the n
+    samples: one logical call, named by ``call``, that the policy observes once."""
 
     tenant: str
     tags: Tags | None = None
     reason: str | None = None
+    call: str | None = None
+    members: int = 1
 
     def to_wire(self) -> dict[str, Any]:
         """The flat object SGLang carries to the scheduler in the request's custom_params."""
         if self.tags is None:
-            return {"tenant": self.tenant, "invalid": self.reason}
-        stamped = {**self.tags.to_wire(), "tenant": self.tenant, "ts": self.tags.ts}
-        if self.tags.implicit:
-            stamped["implicit"] = True
+            stamped: dict[str, Any] = {"tenant": self.tenant, "invalid": self.reason}
+        else:
+            stamped = {**self.tags.to_wire(), "tenant": self.tenant, "ts": self.tags.ts}
+            if self.tags.implicit:
+                stamped["implicit"] = True
+        if self.call is not None and self.members > 1:
+            stamped["call"], stamped["members"] = self.call, self.members
         return stamped
 
     @staticmethod
@@ -196,15 +203,19 @@ class Stamped(NamedTuple):
         if not isinstance(obj, Mapping):
             return Stamped("", None, "not_an_object" if obj is not None else None)
         tenant = obj.get("tenant") if isinstance(obj.get("tenant"), str) else ""
+        call, members = obj.get("call"), obj.get("members")
+        if not (isinstance(call, str) and isinstance(members, int) and not isinstance(members, bool) and members > 1):
+            call, members = None, 1
         if "invalid" in obj:
-            return Stamped(tenant, None, str(obj["invalid"]))
+            return Stamped(tenant, None, str(obj["invalid"]), call, members)
         try:
             tags = parse(obj)
         except TagError as exc:
-            return Stamped(tenant, None, exc.reason)
+            return Stamped(tenant, None, exc.reason, call, members)
         ts = obj.get("ts")
         ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
-        return Stamped(tenant, replace(tags, tenant=tenant, ts=ts, implicit=obj.get("implicit") is True))
+        tags = replace(tags, tenant=tenant, ts=ts, implicit=obj.get("implicit") is True)
+        return Stamped(tenant, tags, None, call, members)
 
 
 def find(custom_params: Any) -> Any:

