@@ -3,17 +3,23 @@
 A trace is JSON Lines: an optional ``meta`` line, then ``request`` and ``end``
 events in the order they were sent. Every malformed line raises
 :class:`TraceError` naming the file, the line and the field; nothing is
-skipped silently. Unknown fields are ignored so newer writers stay readable.
+skipped silently. One exception: a last line cut short (no newline at its
+end, not JSON: a recorder killed mid-write) is left out with a
+:class:`TornTraceWarning` naming the file and the line. Unknown fields are
+ignored so newer writers stay readable.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
+
+from agentcache.atomic import atomic_write
 
 FORMAT_VERSION = 1
 
@@ -26,6 +32,10 @@ class TraceError(ValueError):
         where = f"{source}:{line}"
         what = f"field '{field_name}': {message}" if field_name else message
         super().__init__(f"{where}: {what}")
+
+
+class TornTraceWarning(UserWarning):
+    """A trace's last line was cut short (its writer stopped mid-line) and is left out."""
 
 
 class Segment(NamedTuple):
@@ -264,22 +274,46 @@ class _LineParser:
         return End(ts, workflow)
 
 
-def iter_trace(lines: Iterable[str], source: str = "<trace>") -> Iterator[Meta | Event]:
-    """Parse trace lines lazily; raises TraceError at the first malformed line."""
+def iter_trace(lines: Iterable[str], source: str = "<trace>", *, torn_tail: bool = False) -> Iterator[Meta | Event]:
+    """Parse trace lines lazily; raises TraceError at the first malformed line. With `torn_tail` (lines read from
+    a file, each with its newline) a last line cut short is left out with a TornTraceWarning instead."""
     parser = _LineParser(source)
-    for line_no, text in enumerate(lines, start=1):
+    numbered = enumerate(lines, start=1)
+    current = next(numbered, None)
+    while current is not None:
+        line_no, text = current
+        current = next(numbered, None)
+        if torn_tail and current is None and _torn(text):
+            warnings.warn(
+                f"{source}:{line_no}: the last line is cut short (no newline, not JSON), as a writer stopped"
+                " mid-line leaves it; it is left out",
+                TornTraceWarning,
+                stacklevel=2,
+            )
+            return
         item = parser.parse(line_no, text)
         if item is not None:
             yield item
 
 
+def _torn(text: str) -> bool:
+    """Whether a last line was cut short: no newline at its end (every writer ends a line with one) and not JSON."""
+    if text.endswith("\n") or not text.strip():
+        return False
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return True
+    return False
+
+
 def read_trace(path: str | Path) -> Trace:
-    """Read and validate a whole trace file."""
+    """Read and validate a whole trace file (a torn last line left out, with a TornTraceWarning)."""
     path = Path(path)
     meta = Meta()
     events: list[Event] = []
     with path.open(encoding="utf-8") as fh:
-        for item in iter_trace(fh, str(path)):
+        for item in iter_trace(fh, str(path), torn_tail=True):
             if isinstance(item, Meta):
                 meta = item
             else:
@@ -294,17 +328,48 @@ class TraceWriter:
     """Streams a trace to a file (or any text stream), one event per line, flushed as written.
 
     Events are validated exactly as the reader would, so a writer can never
-    produce a trace its own reader rejects.
+    produce a trace its own reader rejects. A recording is never truncated
+    unasked: a file that is not empty is refused (FileExistsError) unless
+    `append`, which adds events after its own, validated as one trace with them
+    (`meta` only goes into a new file; a torn last line is refused: appending
+    would bury it mid-file).
     """
 
-    def __init__(self, target: str | Path | IO[str], meta: Meta | None = None):
+    def __init__(self, target: str | Path | IO[str], meta: Meta | None = None, *, append: bool = False):
         self._own = not hasattr(target, "write")
-        self._fh: IO[str] = open(target, "w", encoding="utf-8") if self._own else target  # type: ignore[arg-type]
         self._source = str(target) if self._own else getattr(target, "name", "<stream>")
         self._parser = _LineParser(self._source)
         self._line = 0
-        if meta is not None:
+        self._fh: IO[str] = self._open(Path(target), append) if self._own else target  # type: ignore[arg-type]
+        if meta is not None and not self._parser.seen_event:
             self._emit(meta.to_json())
+
+    def _open(self, path: Path, append: bool) -> IO[str]:
+        fh = open(path, "a+", encoding="utf-8")  # never truncates; creates a new file
+        try:
+            fh.seek(0)
+            if fh.read(1) and not append:
+                raise FileExistsError(
+                    f"{path}: a trace is there already; a trace writer never overwrites one (append=True adds to"
+                    " it; remove the file to start over)"
+                )
+            fh.seek(0)
+            text = "\n"
+            for self._line, text in enumerate(fh, start=1):
+                if _torn(text):  # only a last line can lack its newline
+                    raise TraceError(self._source, self._line, None, "the last line is cut short; remove it to append")
+                self._parser.parse(self._line, text)
+            if not text.endswith("\n"):  # a last line whole but with no newline: the next event starts a line
+                fh.write("\n")
+        except BaseException:
+            fh.close()
+            raise
+        return fh  # "a+": every write goes to the end
+
+    @property
+    def last_ts(self) -> float:
+        """The latest event time written (or read, when appending): the next event's may not be earlier."""
+        return self._parser.last_ts
 
     def _emit(self, obj: dict[str, Any]) -> None:
         text = json.dumps(obj, ensure_ascii=False)
@@ -328,6 +393,7 @@ class TraceWriter:
 
 
 def write_trace(path: str | Path, trace: Trace) -> None:
-    with TraceWriter(path, trace.meta) as writer:
+    """Write a whole trace to `path`, replacing what is there whole or not at all (atomic_write)."""
+    with atomic_write(path) as fh, TraceWriter(fh, trace.meta) as writer:
         for event in trace.events:
             writer.write(event)

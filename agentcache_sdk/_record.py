@@ -46,12 +46,13 @@ def message_segment(message: Mapping[str, Any]) -> Segment:
 
 
 class Recorder:
-    def __init__(self, path: str | Path, name: str = "recorded"):
+    def __init__(self, path: str | Path, name: str = "recorded", *, append: bool = False):
         self.path = Path(path)
-        self._writer = TraceWriter(self.path, Meta(name=name, description="recorded by agentcache_sdk.record()"))
+        meta = Meta(name=name, description="recorded by agentcache_sdk.record()")
+        self._writer = TraceWriter(self.path, meta, append=append)  # an existing recording: refused unless append
         self._lock = threading.Lock()
-        self._start = time.monotonic()
-        self._last_ts = 0.0
+        self._last_ts = self._writer.last_ts  # appended events follow the recording's own
+        self._start = time.monotonic() - self._last_ts
         self.requests = 0
 
     def _ts(self, at: float) -> float:
@@ -98,10 +99,13 @@ class Recorder:
 
 
 class record:  # noqa: N801 - a context manager, spelled like a function
-    """Record the tagged LLM requests and workflow ends made inside the block to a trace file."""
+    """Record the tagged LLM requests and workflow ends made inside the block to a trace file.
 
-    def __init__(self, path: str | Path, name: str = "recorded"):
-        self.recorder = Recorder(path, name)
+    A file that holds a recording already is refused (FileExistsError), never truncated; with `append` the
+    events go after its own, their times continuing from its last."""
+
+    def __init__(self, path: str | Path, name: str = "recorded", *, append: bool = False):
+        self.recorder = Recorder(path, name, append=append)
 
     def __enter__(self) -> Recorder:
         _answers.observers.append(self.recorder.on_request)

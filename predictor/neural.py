@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from agentcache.atomic import atomic_write
 from agentcache.predictor.base import DEFAULT_HORIZON, END, START, Forecast, Predictor
 
 PAD, UNK = "<PAD>", "<UNK>"
@@ -279,19 +280,21 @@ class NeuralPredictor(Predictor):
     # -- files
 
     def save(self, path: str | Path) -> None:
-        """One .pt file: state dict, vocabulary and configuration."""
-        torch.save(
-            {
-                "format": FILE_FORMAT,
-                "agents": self.agents,
-                "horizon": self.horizon,
-                "hidden_dim": self.hidden_dim,
-                "max_length": self.net.max_length,
-                "config": asdict(self.config),
-                "state_dict": self.net.state_dict(),
-            },
-            path,
-        )
+        """One .pt file: state dict, vocabulary and configuration; written whole or not at all (a server starts
+        from it, and a kill mid-write must leave the old file, not a torn one)."""
+        with atomic_write(path, "wb") as fh:
+            torch.save(
+                {
+                    "format": FILE_FORMAT,
+                    "agents": self.agents,
+                    "horizon": self.horizon,
+                    "hidden_dim": self.hidden_dim,
+                    "max_length": self.net.max_length,
+                    "config": asdict(self.config),
+                    "state_dict": self.net.state_dict(),
+                },
+                fh,
+            )
 
     @classmethod
     def load(cls, path: str | Path) -> NeuralPredictor:
