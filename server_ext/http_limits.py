@@ -1,0 +1,128 @@
+"""Limits in front of the engine: a request body's size, how long its body may take to arrive, connections.
+
+SGLang's HTTP server (FastAPI on uvicorn) reads any body whole, waits for a
+slow sender as long as it sends, and takes every connection. The plugin adds
+an ASGI middleware (:class:`BodyLimits`) that answers a body over the limit
+with HTTP 413 (at once where its Content-Length says so, else once that many
+bytes arrived) and a body that takes longer than the timeout with HTTP 408,
+both as JSON naming the limit; and it caps uvicorn's concurrent connections
+(``limit_concurrency``: beyond it, HTTP 503). Each is set by an environment
+variable (0 turns it off); docs/usage.md lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+MAX_BODY_ENV = "AGENTCACHE_MAX_BODY_BYTES"
+BODY_TIMEOUT_ENV = "AGENTCACHE_BODY_TIMEOUT_S"
+MAX_CONNECTIONS_ENV = "AGENTCACHE_MAX_CONNECTIONS"
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_body_bytes: int = 64 << 20  # a 128k-token prompt as JSON ids is ~1 MB; images in chat are larger
+    body_timeout_s: float = 60.0  # from the request's headers to its body's last byte
+    max_connections: int = 4096  # uvicorn's limit_concurrency: connections (and requests) at once
+
+    @staticmethod
+    def from_env() -> HttpLimits:
+        """The limits the environment sets; a value that is no number fails the start, naming the variable."""
+        values = {}
+        for name, env, kind in (
+            ("max_body_bytes", MAX_BODY_ENV, int),
+            ("body_timeout_s", BODY_TIMEOUT_ENV, float),
+            ("max_connections", MAX_CONNECTIONS_ENV, int),
+        ):
+            raw = os.environ.get(env)
+            if raw is not None:
+                try:
+                    values[name] = kind(raw)
+                except ValueError:
+                    raise SystemExit(f"agentcache: {env}={raw!r} is not a number") from None
+                if values[name] < 0:
+                    raise SystemExit(f"agentcache: {env}={raw!r} must be >= 0 (0: no limit)")
+        return HttpLimits(**values)
+
+
+class _Refused(Exception):
+    """Raised from `receive` into the app, which never gets the body whole."""
+
+
+async def _answer(send: Any, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + [(b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimits:
+    """ASGI middleware: a body over `max_body_bytes` gets 413, one slower than `body_timeout_s` 408."""
+
+    def __init__(self, app: Any, limits: HttpLimits):
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limits = self.limits
+        too_large = f"the request body is over {limits.max_body_bytes} bytes, this server's limit ({MAX_BODY_ENV})"
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if limits.max_body_bytes and length is not None and length.isdigit() and int(length) > limits.max_body_bytes:
+            return await _answer(send, 413, too_large)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limits.body_timeout_s if limits.body_timeout_s else None
+        state: dict[str, Any] = {"received": 0, "done": False, "refusal": None, "started": False}
+
+        async def limited_receive() -> Any:
+            if state["done"] or deadline is None:
+                message = await receive()
+            else:
+                try:
+                    message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+                except TimeoutError:
+                    state["refusal"] = (
+                        408,
+                        f"the request body did not arrive within {limits.body_timeout_s:g} s, this server's limit"
+                        f" ({BODY_TIMEOUT_ENV})",
+                    )
+                    raise _Refused from None
+            if message["type"] == "http.request":
+                state["received"] += len(message.get("body", b""))
+                if limits.max_body_bytes and state["received"] > limits.max_body_bytes:
+                    state["refusal"] = (413, too_large)
+                    raise _Refused
+                state["done"] = not message.get("more_body", False)
+            return message
+
+        async def guarded_send(message: Any) -> None:
+            if state["refusal"] is not None:
+                return  # the app's answer to a body it never got whole: ours goes instead
+            state["started"] = state["started"] or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if state["refusal"] is None:
+                raise
+        if state["refusal"] is not None and not state["started"]:
+            await _answer(send, *state["refusal"])
+
+
+def install(app: Any, limits: HttpLimits) -> None:
+    """The body limits on SGLang's app (before uvicorn starts it)."""
+    if limits.max_body_bytes or limits.body_timeout_s:
+        app.add_middleware(BodyLimits, limits=limits)
+
+
+def cap_connections(config: Any, *args: Any, **kwargs: Any) -> Any:  # BEFORE hook on uvicorn.Config.__init__
+    """uvicorn's connection cap, where SGLang sets none."""
+    limit = HttpLimits.from_env().max_connections
+    if limit and kwargs.get("limit_concurrency") is None:
+        kwargs["limit_concurrency"] = limit
+    return (config, *args), kwargs

@@ -1,0 +1,72 @@
+"""The limits in front of the engine, on a small ASGI app (the live server's 413: tests/test_intake_e2e.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentcache.server_ext.http_limits import BodyLimits, HttpLimits, cap_connections
+
+
+async def echo_length(scope, receive, send):
+    """An app that reads the whole body and answers with its length (a parse error on a body cut short)."""
+    size, more = 0, True
+    try:
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+    except Exception:
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": b"cannot parse"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": str(size).encode()})
+
+
+def call(limits: HttpLimits, chunks: list[bytes], length: int | None = None, pause_s: float = 0.0):
+    """Status and body of a POST whose body comes in `chunks` (`pause_s` before each)."""
+    headers = [(b"content-length", str(length).encode())] if length is not None else []
+    scope = {"type": "http", "method": "POST", "path": "/generate", "headers": headers}
+    sent: list[dict] = []
+    queue = list(chunks)
+
+    async def receive():
+        await asyncio.sleep(pause_s)
+        body = queue.pop(0)
+        return {"type": "http.request", "body": body, "more_body": bool(queue)}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(BodyLimits(echo_length, limits)(scope, receive, send))
+    return sent[0]["status"], sent[-1]["body"]
+
+
+def test_a_body_over_the_limit_is_refused_with_413_naming_the_limit():
+    limits = HttpLimits(max_body_bytes=100, body_timeout_s=5)
+    assert call(limits, [b"x" * 60, b"x" * 40]) == (200, b"100")
+    status, body = call(limits, [b"x" * 200], length=200)  # said by Content-Length: refused before reading
+    assert status == 413 and "AGENTCACHE_MAX_BODY_BYTES" in json.loads(body)["error"]
+    status, body = call(limits, [b"x" * 60, b"x" * 60])  # chunked, no length: refused once over it
+    assert status == 413 and "100 bytes" in json.loads(body)["error"]
+
+
+def test_a_slow_sender_times_out_with_408():
+    status, body = call(HttpLimits(max_body_bytes=0, body_timeout_s=0.2), [b"x", b"x", b"x"], pause_s=0.1)
+    assert status == 408 and "AGENTCACHE_BODY_TIMEOUT_S" in json.loads(body)["error"]
+    assert call(HttpLimits(max_body_bytes=0, body_timeout_s=0), [b"x", b"x"], pause_s=0.05) == (200, b"2")
+
+
+def test_uvicorn_gets_a_connection_cap_unless_one_is_set(monkeypatch):
+    import uvicorn
+
+    monkeypatch.setenv("AGENTCACHE_MAX_CONNECTIONS", "7")
+    args, kwargs = cap_connections(None, "app", host="h")
+    assert kwargs["limit_concurrency"] == 7 and uvicorn.Config(*args[1:], **kwargs).limit_concurrency == 7
+    assert cap_connections(None, "app", limit_concurrency=3)[1]["limit_concurrency"] == 3
+    monkeypatch.setenv("AGENTCACHE_MAX_CONNECTIONS", "lots")
+    with pytest.raises(SystemExit, match="AGENTCACHE_MAX_CONNECTIONS"):
+        HttpLimits.from_env()
