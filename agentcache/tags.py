@@ -49,6 +49,29 @@ HEADER = "x-request-id-agentcache"
 _CLIENT_FIELDS = ("workflow", "agent", "agent_name", "fixed_messages", "fixed_tokens", "fixed_chars")
 
 
+# Tenants are "<principal>" or "<principal>/<label>": the principal is who holds the request's key (a keys file's
+# tenant name, or "" for the operator and on a keyless server), the label a sub-tenant the holder names.
+TENANT_LABEL_SEP = "/"
+# Between a principal and an agent name in a scoped agent identity: not printable, so no client's name holds it.
+AGENT_SCOPE_SEP = "\x1f"
+
+
+def principal_of(tenant: str) -> str:
+    """Who holds the credentials of `tenant` ("" for the operator): the unit of per-tenant caps and of agent names."""
+    return tenant.partition(TENANT_LABEL_SEP)[0]
+
+
+def scoped_agent(principal: str, name: str) -> str:
+    """An agent identity as the server keeps it: the name, scoped by its key's holder (unscoped for the operator's)."""
+    return f"{principal}{AGENT_SCOPE_SEP}{name}" if principal else name
+
+
+def split_agent(identity: str) -> tuple[str, str]:
+    """(principal, name) of a scoped agent identity; ("", identity) for an unscoped one."""
+    principal, sep, name = identity.partition(AGENT_SCOPE_SEP)
+    return (principal, name) if sep else ("", identity)
+
+
 class WorkflowKey(NamedTuple):
     """A workflow as the server knows it: the tenant that owns it and the id its client gave it.
 
@@ -82,12 +105,15 @@ class Tags:
     implicit: bool = False
     # Derived, and read at every step the policy takes for the request: made once.
     key: WorkflowKey = field(init=False, repr=False, compare=False)  # the workflow as the server knows it
-    # The agent as the policy, the forecasters and the recorder know it: its name, else its fingerprint.
+    # The agent as the policy, the forecasters and the recorder know it: its name, else its fingerprint; on the
+    # server scoped by the principal of its tenant (scoped_agent), as the operator's and a replay's are not.
     identity: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", WorkflowKey(self.tenant, self.workflow))
-        object.__setattr__(self, "identity", self.agent_name or self.agent)
+        # Scoped by the key's holder, so no tenant's agent names reach another's forecasts.
+        name = self.agent_name or self.agent
+        object.__setattr__(self, "identity", scoped_agent(principal_of(self.tenant), name) if self.tenant else name)
 
     @property
     def fixed(self) -> int:

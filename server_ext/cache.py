@@ -51,6 +51,7 @@ from agentcache.engine.fixed_prompt import fixed_offset, split_and_tag
 from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.base import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
+from agentcache.predictor.tenants import per_tenant
 from agentcache.server_ext.calls import Calls
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.metrics import Metrics
@@ -74,7 +75,7 @@ class AgentCache(UnifiedRadixCache):
     def __init__(self, params: Any):
         super().__init__(params)
         cfg = self.config
-        registry = WorkflowRegistry(lease_s=cfg.lease_s)
+        registry = WorkflowRegistry(lease_s=cfg.lease_s, max_active_per_tenant=cfg.max_workflows_per_tenant)
         graph_source = f"the call graph {cfg.call_graph_path}"
         predictor = (
             cfg.predictor.build(cfg.call_graph, call_graph_source=graph_source) if cfg.predictor is not None else None
@@ -86,6 +87,8 @@ class AgentCache(UnifiedRadixCache):
             predictor=predictor,
             call_graph_source=graph_source,
         )
+        if isinstance(self.policy, PBKVPolicy):  # each tenant's agents forecast by a forecaster of its own
+            self.policy.predictor.inner = per_tenant(self.policy.predictor.inner)
         if isinstance(self.policy, PBKVPolicy) and self.tp_world_size == 1:
             # One rank: a slow forecast may fall back on the clock. Several: only on faults every rank sees.
             self.policy.predictor.budget_ms = PREDICTOR_BUDGET_MS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentcache.policy.spec import PolicyConfigError, PolicySpec
 from agentcache.predictor.spec import PredictorSpec
@@ -20,6 +20,12 @@ CALL_GRAPH_ENV = "AGENTCACHE_CALL_GRAPH"  # JSON file {agent: [successors]}, for
 PREDICTOR_ENV = "AGENTCACHE_PREDICTOR"  # pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt
 PREFETCH_ENV = "AGENTCACHE_PREFETCH"  # conservative (default; needs HiCache and pbkv) or off
 PREFETCH_MODES = ("conservative", "off")
+# Read by the HTTP process alone (server_ext/tenancy.py): a key per tenant, and whether tenants share cached prefixes.
+API_KEYS_FILE_ENV = "AGENTCACHE_API_KEYS_FILE"  # `name: key` lines; the name `operator` is the operator's key
+SALT_PER_TENANT_ENV = "AGENTCACHE_SALT_PER_TENANT"  # 1: each principal's prompts in a radix namespace of its own
+# Active workflows a keyed tenant may hold (the operator's have the server's cap alone): past it, its own oldest retire.
+MAX_WORKFLOWS_PER_TENANT_ENV = "AGENTCACHE_MAX_WORKFLOWS_PER_TENANT"
+DEFAULT_MAX_WORKFLOWS_PER_TENANT = 10_000
 DEFAULT_POLICY = "pbkv"
 DEFAULT_LEASE_S = 300.0
 
@@ -55,12 +61,13 @@ class PluginConfig:
     call_graph_path: str | None = None
     predictor: PredictorSpec | None = None
     prefetch: str = "conservative"
+    max_workflows_per_tenant: int = DEFAULT_MAX_WORKFLOWS_PER_TENANT
 
     @classmethod
     def from_env(cls, names: SettingNames = ENV_NAMES) -> PluginConfig:
         """The settings, checked: a bad one raises ConfigError naming the variable (or, in `names`, the flag that
         set it) and what is wrong."""
-        return cls.checked(
+        config = cls.checked(
             os.environ.get(POLICY_ENV, DEFAULT_POLICY),
             os.environ.get(LEASE_ENV, str(DEFAULT_LEASE_S)),
             os.environ.get(CALL_GRAPH_ENV) or None,
@@ -68,6 +75,14 @@ class PluginConfig:
             os.environ.get(PREFETCH_ENV, "conservative"),
             names,
         )
+        raw_cap = os.environ.get(MAX_WORKFLOWS_PER_TENANT_ENV) or str(DEFAULT_MAX_WORKFLOWS_PER_TENANT)
+        try:
+            cap = int(raw_cap)
+        except ValueError:
+            cap = 0
+        if cap < 1:
+            raise ConfigError(f"{MAX_WORKFLOWS_PER_TENANT_ENV}={raw_cap!r}: expected a whole number >= 1")
+        return replace(config, max_workflows_per_tenant=cap)
 
     @classmethod
     def checked(

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from agentcache.server_ext.control import expiry_ticker
 from agentcache.server_ext.guards import check_request
-from agentcache.server_ext.tenancy import tenant_of_request
+from agentcache.server_ext.tenancy import salt_per_tenant, salt_prefix_cache, tenant_of_request
 from agentcache.tags import FIRST_CHARS, HEADER, KEY, Stamped, TagError, Tags, agent_of, find, header_object, parse
 
 logger = logging.getLogger("agentcache")
@@ -308,6 +308,8 @@ def around_generate(original: Any, tokenizer_manager: Any, obj: Any, *args: Any,
     check_request(obj, vocab_size)
     expiry_ticker.start()
     request = args[0] if args else kwargs.get("request")
+    if salt_per_tenant():
+        salt_prefix_cache(obj, request)
     taken = []
     for params, text, input_ids in _prompts(obj):
         if isinstance(params, dict):

@@ -67,7 +67,9 @@ class ServeOptions:
     call_graph: str | None = None
     predictor: str | None = None
     prefetch: str | None = None  # conservative | off (with --hicache)
-    api_key: str | None = None
+    api_key: str | None = None  # the operator's key
+    api_keys_file: str | None = None  # a key per tenant (server_ext/tenancy.py); may hold the operator's key
+    salt_per_tenant: bool = False  # each tenant's prompts in a prefix cache of its own
     plugin: bool = True  # False: plain SGLang, without agentcache (the baselines of `agentcache bench`)
     enable_metrics: bool = True
     extra_args: list[str] = field(default_factory=list)
@@ -81,6 +83,15 @@ class ServeOptions:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def operator_key(self) -> str | None:
+        """The key the launcher's own calls carry: --api-key, else the keys file's operator entry."""
+        if self.api_key or not self.api_keys_file:
+            return self.api_key
+        from agentcache.server_ext.tenancy import load_keys
+
+        return load_keys(self.api_keys_file).operator
 
 
 # SGLang loads only the plugins this names; a name no plugin has means none (plain SGLang).
@@ -112,6 +123,10 @@ def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict
         cmd += ["--max-total-tokens", str(capacity)]
     if opts.api_key:
         cmd += ["--api-key", opts.api_key]
+    if opts.api_keys_file:
+        cmd += ["--agentcache-api-keys-file", opts.api_keys_file]
+    if opts.salt_per_tenant:
+        cmd += ["--agentcache-salt-per-tenant"]
     if opts.enable_metrics:
         cmd += ["--enable-metrics"]
     cmd += ["--enable-cache-report"]  # usage.prompt_tokens_details.cached_tokens in OpenAI responses
@@ -206,7 +221,8 @@ class Server:
             raise ServerError(f"SGLang did not freeze its garbage collector: {exc}" + self._log_hint()) from None
 
     def auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.opts.api_key}"} if self.opts.api_key else {}
+        key = self.opts.operator_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def wait_ready(self, timeout_s: float) -> None:
         headers = self.auth_headers()

@@ -60,6 +60,17 @@ def _add_cli_args(result, parser):  # noqa: ANN001 - AFTER hook on ServerArgs.ad
         choices=("conservative", "off"),
         help="load predicted cache back from HiCache during decode-only steps (default conservative)",
     )
+    group.add_argument(
+        "--agentcache-api-keys-file",
+        default=None,
+        help="a key per tenant: `name: key` lines (`operator: KEY` is the operator's key, or --api-key)",
+    )
+    group.add_argument(
+        "--agentcache-salt-per-tenant",
+        action="store_true",
+        default=None,
+        help="each tenant's prompts in a prefix cache of its own (no tenant's cached_tokens tell of another's)",
+    )
     return None
 
 
@@ -76,6 +87,7 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
             flagged[setting] = f"--agentcache-{setting.replace('_', '-')}"
     # Fail at start-up, in the launcher, not later in a scheduler.
     config.PluginConfig.from_env(dataclasses.replace(config.ENV_NAMES, **flagged))
+    _configure_tenants(args)
     if getattr(args, "radix_cache_backend", None) == BACKEND and (getattr(args, "tokenizer_worker_num", 1) or 1) > 1:
         # Extra HTTP workers never load plugins, so tags there would go unchecked and unscoped.
         raise SystemExit(
@@ -85,12 +97,37 @@ def _capture_cli_args(cls, args):  # noqa: ANN001 - BEFORE hook on ServerArgs.fr
         logger.warning("agentcache: --agentcache-policy has no effect without --radix-cache-backend %s", BACKEND)
 
 
+def _configure_tenants(args) -> None:  # noqa: ANN001 - SGLang's parsed arguments
+    """The tenant keys, read in the HTTP process (which checks them); the server's key is the operator's."""
+    from agentcache.server_ext import config, tenancy
+
+    path = getattr(args, "agentcache_api_keys_file", None) or os.environ.get(config.API_KEYS_FILE_ENV)
+    if getattr(args, "agentcache_salt_per_tenant", None):
+        os.environ[config.SALT_PER_TENANT_ENV] = "1"
+    keys = None
+    if path:
+        flag = (
+            "--agentcache-api-keys-file"
+            if getattr(args, "agentcache_api_keys_file", None)
+            else config.API_KEYS_FILE_ENV
+        )
+        try:
+            keys = tenancy.load_keys(path, flag)
+            args.api_key = tenancy.checked_operator_key(keys, getattr(args, "api_key", None))
+        except config.ConfigError as exc:
+            raise SystemExit(f"agentcache: {exc}") from None
+    tenancy.configure_keys(keys)
+    tenancy.log_mode(getattr(args, "api_key", None), keys)
+
+
 def _before_http_server(*args, **kwargs):  # noqa: ANN001 - BEFORE hook on http_server._setup_and_run_http_server
     from sglang.srt.entrypoints import http_server
 
+    from agentcache.server_ext import http_limits
     from agentcache.server_ext.routes import add_routes
 
     add_routes(http_server.app)
+    http_limits.install(http_server.app, http_limits.HttpLimits.from_env())
 
 
 def _freeze_gc_once_listening(original, server_args, *args, **kwargs):  # noqa: ANN001 - AROUND hook on
@@ -110,7 +147,7 @@ def _freeze_gc_once_listening(original, server_args, *args, **kwargs):  # noqa: 
 def _register_launcher() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from agentcache.server_ext import guards, intake
+    from agentcache.server_ext import guards, http_limits, intake, tenancy
 
     HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", _add_cli_args, HookType.AFTER)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", _capture_cli_args, HookType.BEFORE)
@@ -120,6 +157,9 @@ def _register_launcher() -> None:
     HookRegistry.register(
         "sglang.srt.entrypoints.http_server._freeze_gc_after_server_warmup", _freeze_gc_once_listening, HookType.AROUND
     )
+    HookRegistry.register("uvicorn.config.Config.__init__", http_limits.cap_connections, HookType.BEFORE)
+    # Imported by SGLang when it installs its API-key check: with tenant keys, ours decides instead.
+    HookRegistry.register("sglang.srt.utils.auth.add_api_key_middleware", tenancy.add_key_middleware, HookType.AROUND)
     HookRegistry.register(
         "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",
         intake.after_chat_conversion,

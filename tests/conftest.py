@@ -22,7 +22,11 @@ def small_traces():
     return {family: generate(family, GenConfig(workflows=30, rate=1.0, seed=3)) for family in FAMILIES}
 
 
-API_KEY = "test-key"
+API_KEY = "test-key"  # the operator's
+# Two tenants with keys of their own (tests/test_tenants_e2e.py), and a cap of their own on active workflows
+# low enough for a test to flood it.
+TENANT_KEYS = {"tenant-a": "sk-tenant-a-0123", "tenant-b": "sk-tenant-b-4567"}
+TENANT_WORKFLOW_CAP = 24
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +37,10 @@ def server(tmp_path_factory):
     from agentcache.server_ext.launcher import ServeOptions, Server, free_port
 
     capacity = 4000
-    log = tmp_path_factory.mktemp("server") / "sglang.log"
+    folder = tmp_path_factory.mktemp("server")
+    log = folder / "sglang.log"
+    keys = folder / "keys.txt"
+    keys.write_text(f"operator: {API_KEY}\n" + "".join(f"{name}: {key}\n" for name, key in TENANT_KEYS.items()))
     opts = ServeOptions(
         model_size="tiny",
         policy="pbkv",
@@ -41,13 +48,17 @@ def server(tmp_path_factory):
         max_total_tokens=capacity,
         log_path=str(log),
         api_key=API_KEY,
+        api_keys_file=str(keys),
     )
     srv = Server(opts)
+    os.environ["AGENTCACHE_MAX_WORKFLOWS_PER_TENANT"] = str(TENANT_WORKFLOW_CAP)  # the operator's are uncapped
     try:
         srv.start(timeout_s=600)
     except Exception:
         print(log.read_text()[-5000:] if log.exists() else "no server log")
         raise
+    finally:
+        del os.environ["AGENTCACHE_MAX_WORKFLOWS_PER_TENANT"]  # this server's alone
     srv.capacity = capacity
     srv.client = httpx.Client(base_url=srv.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
     yield srv

@@ -35,7 +35,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--predictor", help=f"pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default {DEFAULT_PREDICTOR})"
     )
-    p.add_argument("--api-key", help="API key the server requires (also on the agentcache routes)")
+    p.add_argument(
+        "--api-key", help="the operator's API key, which the server requires (also on the agentcache routes)"
+    )
+    p.add_argument(
+        "--api-keys-file",
+        help="a key per tenant, `name: key` a line (`operator: KEY` is the operator's, or --api-key): a tenant's key"
+        " reaches its own workflows and statistics only (docs/design/wire-format.md, Tenants)",
+    )
+    p.add_argument(
+        "--salt-per-tenant",
+        action="store_true",
+        help="each tenant's prompts in a prefix cache of its own: no tenant's cached_tokens tell of another's prompts",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -65,6 +77,15 @@ def run(args: argparse.Namespace) -> int:
         PluginConfig.checked(args.policy, lease, args.call_graph, args.predictor, "conservative", flags)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    if args.api_keys_file:
+        from agentcache.server_ext.tenancy import checked_operator_key, load_keys
+
+        if args.workers > 1:
+            raise UsageError("--api-keys-file serves one worker: sglang-router checks one key (--workers 1)")
+        try:
+            checked_operator_key(load_keys(args.api_keys_file, "--api-keys-file"), args.api_key)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
     extra = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     opts = ServeOptions(
         model_path=args.model_path,
@@ -79,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         call_graph=args.call_graph,
         predictor=args.predictor,
         api_key=args.api_key,
+        api_keys_file=args.api_keys_file,
+        salt_per_tenant=args.salt_per_tenant,
         extra_args=extra,
     )
     if args.workers < 1:

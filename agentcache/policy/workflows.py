@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-from agentcache.tags import WorkflowKey
+from agentcache.tags import WorkflowKey, principal_of
 
 
 @dataclass(slots=True)
@@ -23,6 +23,8 @@ class WorkflowState:
     started: float
     last_seen: float
     path: list[str] = field(default_factory=list)  # agents called so far, in order
+    # The active workflows of its tenant's principal (itself included), least recent request first.
+    peers: OrderedDict[WorkflowKey, None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def agent(self) -> str | None:
@@ -33,11 +35,21 @@ class WorkflowState:
 class WorkflowRegistry:
     """Active workflows, ordered by last activity so that lease expiry is cheap."""
 
-    def __init__(self, lease_s: float = 300.0, max_active: int = 100_000, max_path: int = 256):
+    def __init__(
+        self,
+        lease_s: float = 300.0,
+        max_active: int = 100_000,
+        max_path: int = 256,
+        max_active_per_tenant: int | None = None,
+    ):
         if lease_s <= 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s}")
         self.lease_s = lease_s
         self.max_active = max_active
+        # A keyed tenant's own cap (the operator's workflows have the server's alone). At the server's cap the
+        # tenant holding the most loses its least recent: no tenant's flood of new ids retires another's.
+        self.max_active_per_tenant = max_active_per_tenant
+        self._of_principal: dict[str, OrderedDict[WorkflowKey, None]] = {}
         self.max_path = max_path
         self.by_id: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()  # the active ones, least recent first
         # The policies ask these for every node they rank: the dict's own methods, no Python frame per call.
@@ -53,12 +65,14 @@ class WorkflowRegistry:
         """Record a request of `workflow` by `agent`; returns the state and the previous agent."""
         state = self.by_id.get(workflow)
         if state is None:
-            if len(self.by_id) >= self.max_active:
-                self._retire(next(iter(self.by_id)), expired=True)
-            state = WorkflowState(workflow, started=now, last_seen=now)
+            peers = self._room_for(principal_of(workflow.tenant))
+            state = WorkflowState(workflow, started=now, last_seen=now, peers=peers)
             self.by_id[workflow] = state
+            peers[workflow] = None
         else:
             self.by_id.move_to_end(workflow)
+            if state.peers is not None:
+                state.peers.move_to_end(workflow)
         previous = state.agent
         state.last_seen = now
         state.path.append(agent)
@@ -82,10 +96,26 @@ class WorkflowRegistry:
             expired.append(state)
         return expired
 
+    def _room_for(self, principal: str) -> OrderedDict[WorkflowKey, None]:
+        """The active workflows of `principal`, with room for one more within its cap and the server's."""
+        peers = self._of_principal.get(principal)
+        if peers is None:
+            peers = self._of_principal[principal] = OrderedDict()
+        cap = self.max_active_per_tenant
+        if principal and cap is not None and len(peers) >= cap:
+            self._retire(next(iter(peers)), expired=True)
+        elif len(self.by_id) >= self.max_active:
+            largest = max(self._of_principal.values(), key=len)
+            self._retire(next(iter(largest)), expired=True)
+        return peers
+
     def _retire(self, workflow: WorkflowKey, *, expired: bool) -> WorkflowState | None:
         state = self.by_id.pop(workflow, None)
         if state is None:
             return None
+        peers = state.peers
+        if peers is not None:
+            del peers[workflow]
         self.retired_count += 1
         self.expired_count += expired
         self.version += 1
