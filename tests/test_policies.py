@@ -40,6 +40,7 @@ def touch(policy, path, workflow, agent, now, fixed_tokens=0, matched=0):
     for node in path:
         node.last_access_time = next(_clock)
     policy.tag_path(path, tags, now, matched)
+    policy.on_release(tags, now)  # finished
 
 
 def eviction_order(policy, nodes):

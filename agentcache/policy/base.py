@@ -4,7 +4,7 @@ The policy core never imports an engine. It reads engine nodes through the
 small :class:`CacheNode` protocol (SGLang's radix-tree nodes satisfy it as
 they are) and keeps its own bookkeeping in a :class:`NodeTags` record that the
 engine adapter attaches to each node. An adapter (the SGLang plugin, the
-replay benchmark) does four things:
+replay benchmark) does these things:
 
 1. ``policy.on_request(tags, now)`` when a tagged request arrives;
 2. ``policy.on_admit(tags)`` when the engine admits it (holds its matched prefix);
@@ -12,8 +12,10 @@ replay benchmark) does four things:
    radix path the request matched and inserted, root first: once its prompt is
    computed (``matched_tokens`` None: the engine may share it from then on) and
    when it finishes (the tokens it matched, and its prompt's length);
-4. ``policy.on_end(workflow, now)`` on a workflow's end event;
-5. ``policy.priority(node)`` as the engine's eviction key (smallest first).
+4. ``policy.on_release(tags, now)`` once the request has finished, been refused or been aborted (its
+   workflow's lease does not run out while it is in flight);
+5. ``policy.on_end(workflow, now)`` on a workflow's end event;
+6. ``policy.priority(node)`` as the engine's eviction key (smallest first).
 """
 
 from __future__ import annotations
@@ -180,6 +182,10 @@ class CachePolicy(ABC):
 
     def on_admit(self, tags: Tags) -> None:
         """The engine admitted the request `tags` came with: its matched prefix is held until it finishes."""
+
+    def on_release(self, tags: Tags, now: float) -> None:
+        """The request `tags` came with is over (finished, refused or aborted): its workflow holds it no more."""
+        self.registry.release(tags.key, now)
 
     def on_end(self, workflow: WorkflowKey, now: float) -> bool:
         """Apply an end event; False when the workflow was not active."""

@@ -1,8 +1,14 @@
 """Workflow registry: which workflows are active, where each one is, and which have retired.
 
 A workflow is active from its first request until its end event, or until its
-lease runs out (no request for ``lease_s``): apps crash and forget to end
-workflows, and a cache that trusted them forever would pin memory forever.
+lease runs out: apps crash and forget to end workflows, and a cache that
+trusted them forever would pin memory forever. The lease counts from the
+workflow's last activity (a request's arrival or its release: finished or
+aborted), and never runs out while one of its requests is in flight (queued or
+running), however long a saturated server keeps it. A release can be lost (a
+scheduler path that drops a request without telling the cache): a workflow
+whose newest request arrived ``IN_FLIGHT_LEASES`` leases ago counts as holding
+none, so no lost release pins it for longer.
 Only active workflows are kept, so the registry stays bounded; an id it does
 not know counts as retired, which is all a node's bookkeeping needs.
 """
@@ -16,6 +22,10 @@ from itertools import islice
 
 from agentcache.tags import WorkflowKey, principal_of
 
+# How long a request in flight holds its workflow at most, in leases from the workflow's newest arrival: long
+# past any queueing a working server has (the timed replay's worst p90 TTFT is 177 s, the default lease 300 s).
+IN_FLIGHT_LEASES = 8
+
 
 @dataclass(slots=True)
 class WorkflowState:
@@ -23,6 +33,8 @@ class WorkflowState:
     started: float
     last_seen: float
     path: list[str] = field(default_factory=list)  # agents called so far, in order
+    in_flight: int = 0  # its requests that arrived and were not released yet (finished or aborted)
+    last_active: float = 0.0  # its last arrival or release: where its lease counts from
     # The active workflows of its tenant's principal (itself included), least recent request first.
     peers: OrderedDict[WorkflowKey, None] | None = field(default=None, compare=False, repr=False)
 
@@ -33,7 +45,7 @@ class WorkflowState:
 
 
 class WorkflowRegistry:
-    """Active workflows, ordered by last activity so that lease expiry is cheap."""
+    """Active workflows, ordered by last request; lease expiry is cheap by the orders of `_idle` and `_held`."""
 
     def __init__(
         self,
@@ -51,12 +63,18 @@ class WorkflowRegistry:
         self.max_active_per_tenant = max_active_per_tenant
         self._of_principal: dict[str, OrderedDict[WorkflowKey, None]] = {}
         self.max_path = max_path
+        self.held_s = lease_s * IN_FLIGHT_LEASES
         self.by_id: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()  # the active ones, least recent first
         # The policies ask these for every node they rank: the dict's own methods, no Python frame per call.
         self.is_active: Callable[[WorkflowKey], bool] = self.by_id.__contains__
         self.get: Callable[[WorkflowKey], WorkflowState | None] = self.by_id.get
+        # Each active workflow is in one of these: with nothing in flight, by last activity (its lease runs
+        # out from the front); holding requests, by newest arrival (the bound on a lost release, from the front).
+        self._idle: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()
+        self._held: OrderedDict[WorkflowKey, WorkflowState] = OrderedDict()
         self.retired_count = 0
         self.expired_count = 0
+        self.lost_releases = 0  # requests taken as released when their workflow's hold ran out
         self.version = 0  # bumped on every change that can move a forecast
 
     # -- events
@@ -66,20 +84,41 @@ class WorkflowRegistry:
         state = self.by_id.get(workflow)
         if state is None:
             peers = self._room_for(principal_of(workflow.tenant))
-            state = WorkflowState(workflow, started=now, last_seen=now, peers=peers)
+            state = WorkflowState(workflow, started=now, last_seen=now, last_active=now, peers=peers)
             self.by_id[workflow] = state
             peers[workflow] = None
         else:
             self.by_id.move_to_end(workflow)
             if state.peers is not None:
                 state.peers.move_to_end(workflow)
+            if state.in_flight:
+                del self._held[workflow]
+            else:
+                del self._idle[workflow]
+        self._held[workflow] = state  # last: its newest arrival
+        state.in_flight += 1
         previous = state.agent
         state.last_seen = now
+        if now > state.last_active:
+            state.last_active = now
         state.path.append(agent)
         if len(state.path) > self.max_path:
             del state.path[: len(state.path) - self.max_path]
         self.version += 1
         return state, previous
+
+    def release(self, workflow: WorkflowKey, now: float) -> bool:
+        """A request of `workflow` finished or was aborted; False when none of its requests was in flight."""
+        state = self.by_id.get(workflow)
+        if state is None or not state.in_flight:
+            return False
+        state.in_flight -= 1
+        if now > state.last_active:
+            state.last_active = now
+        if not state.in_flight:
+            del self._held[workflow]
+            self._idle[workflow] = state  # last: its latest activity
+        return True
 
     def end(self, workflow: WorkflowKey) -> WorkflowState | None:
         """Retire `workflow`; returns its last state, or None when it was not active."""
@@ -88,9 +127,22 @@ class WorkflowRegistry:
     def expire(self, now: float) -> list[WorkflowState]:
         """Retire every workflow whose lease ran out; cheap when none did."""
         expired = []
-        while self.by_id:
-            state = next(iter(self.by_id.values()))
-            if now - state.last_seen < self.lease_s:
+        held, idle = self._held, self._idle
+        while held:
+            state = next(iter(held.values()))
+            if now - state.last_seen < self.held_s:
+                break
+            # Its newest request arrived IN_FLIGHT_LEASES leases ago: the releases still owed are lost.
+            self.lost_releases += state.in_flight
+            state.in_flight = 0
+            del held[state.id]
+            idle[state.id] = state
+            if now - state.last_active >= self.lease_s:  # else it waits behind more recent ones: by under a lease
+                self._retire(state.id, expired=True)
+                expired.append(state)
+        while idle:
+            state = next(iter(idle.values()))
+            if now - state.last_active < self.lease_s:
                 break
             self._retire(state.id, expired=True)
             expired.append(state)
@@ -116,6 +168,10 @@ class WorkflowRegistry:
         peers = state.peers
         if peers is not None:
             del peers[workflow]
+        if state.in_flight:
+            del self._held[workflow]
+        else:
+            del self._idle[workflow]
         self.retired_count += 1
         self.expired_count += expired
         self.version += 1

@@ -297,11 +297,13 @@ class ReplayCache:
                 cache.check_hicache_events()  # the scheduler step: write-through and load acks
 
     def serve(self, enc: EncodedRequest, tags: Tags, now: float) -> ServeResult:
-        """Admit and finish at once: the request served as it arrives, alone."""
+        """Admit and finish at once: the request served as it arrives, alone (or refused), and released."""
         admission = self.admit(enc, tags)
         if admission is None:
+            self.policy.on_release(tags, now)
             return ServeResult(0, 0, 0, admitted=False)
         self.finish(admission, now)
+        self.policy.on_release(tags, now)
         return ServeResult(admission.hit_tokens, admission.loaded_tokens, admission.prefetched_tokens, admitted=True)
 
     def prefetch(self, budget_tokens: int) -> int:

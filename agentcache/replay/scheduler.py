@@ -183,6 +183,7 @@ class Worker:
             for r in done:
                 r.served.finished = self.busy_until
                 self.cache.finish(r.admission, r.served.arrival, r.output_slots)
+                self.policy.on_release(r.admission.tags, r.served.finished)
         return refused + [r.served for r in done]
 
     def _make_room_to_decode(self) -> None:
@@ -230,6 +231,7 @@ class Worker:
                     break  # waits for running requests to finish and free their slots
                 self.waiting.popleft()  # more than the whole cache: never admitted
                 self.cache.stats.oversized += 1
+                self.policy.on_release(tags, now)
                 served.admitted = False
                 served.finished = now
                 self._refused.append(served)

@@ -116,6 +116,10 @@ class PBKVPolicy(CachePolicy):
     def on_admit(self, tags: Tags) -> None:
         self.demand.admit(tags)
 
+    def on_release(self, tags: Tags, now: float) -> None:
+        super().on_release(tags, now)
+        self.demand.admit(tags)  # one aborted in the queue waits no more either: no certain read of its agent
+
     def tag_path(
         self,
         path: Sequence[Any],
