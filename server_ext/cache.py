@@ -61,7 +61,7 @@ from agentcache.tags import Stamped, Tags, WorkflowKey, find
 logger = logging.getLogger("agentcache")
 
 # Requests registered and not yet released. The scheduler aborts some requests (bad parameters) right
-# after creating them, without a release: the oldest entries go first beyond this.
+# after creating them, without a release: beyond this, the oldest is released.
 MAX_PENDING_REQUESTS = 1 << 16
 PREDICTOR_BUDGET_MS = 10.0  # a forecast slower than this is replaced by the fallback's
 # One decode step of the cost model's reference model (6 ms): the idle host-to-device time a prefetch may use.
@@ -140,8 +140,8 @@ class AgentCache(UnifiedRadixCache):
         fixed = fixed_offset(stamped.tags.fixed, len(req.origin_input_ids), self.page_size)
         tags = stamped.tags.replace(ts=self.now, fixed_tokens=fixed)
         self._requests[req.rid] = tags
-        if len(self._requests) > MAX_PENDING_REQUESTS:
-            self._requests.popitem(last=False)
+        if len(self._requests) > MAX_PENDING_REQUESTS:  # the oldest's own release would find nothing: now
+            self._release(next(iter(self._requests)))
         if not first:
             return
         self._consult("a request", self.policy.on_request, tags, self.now)
@@ -226,9 +226,24 @@ class AgentCache(UnifiedRadixCache):
 
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
         super().on_release(req, checkpointed=checkpointed)
-        tags = self._requests.pop(req.rid, None)
-        last = self.calls.leave(req.rid)
-        if tags is not None and tags.implicit and last:  # released without finishing (aborted): its workflow ends too
+        if req.finished():  # else retracted: back in the queue, to finish or be aborted later
+            self._release(req.rid)
+
+    def release_aborted_request(self, request: Any) -> None:
+        """SGLang drops an aborted request's state (`request`: its CacheRequestHandle); one aborted in the queue
+        (its client gone, `abort_request`) held no KV and never reaches on_release."""
+        super().release_aborted_request(request)
+        self._release(request.rid)
+
+    def _release(self, rid: str) -> None:
+        """The request `rid` is over (finished or aborted). Once its call is, the policy releases it: its workflow's
+        lease runs from now, its agent waits no more, and an untagged call's own workflow ends."""
+        tags = self._requests.pop(rid, None)
+        last = self.calls.leave(rid)
+        if tags is None or not last:
+            return
+        self._consult("a request's release", self.policy.on_release, tags, self.now)
+        if tags.implicit:
             self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
 
     # -- control
@@ -309,6 +324,8 @@ class AgentCache(UnifiedRadixCache):
             "active_workflows": len(registry),
             "retired_workflows": registry.retired_count,
             "expired_workflows": registry.expired_count,
+            "in_flight_requests": len(self._requests),
+            "lost_releases": registry.lost_releases,
             "requests": c["requests"],
             "tagged_requests": c["tagged_requests"],
             "untagged_requests": c["untagged_requests"],

@@ -121,8 +121,10 @@ class ExpiryTicker:
     """Sends the HTTP process's clock to the schedulers now and then, so leases run out on an idle server.
 
     Leases are checked against the policy clock, which moves with tagged requests; without ticks a
-    workflow nobody ended would stay active until the next tagged request. The tick is a control
-    message, so every tensor-parallel rank applies it at the same point of its request stream.
+    workflow nobody ended would stay active until the next tagged request. A tick retires no workflow
+    with a request in flight (leases count from the last arrival or release: agentcache.policy.workflows).
+    The tick is a control message, so every tensor-parallel rank applies it at the same point of its
+    request stream.
     Started by the first generate or control request (in the event loop); stops for good when the
     schedulers do not run the agentcache cache.
     """
