@@ -262,10 +262,10 @@ async def tokenize_fixed_text(params: dict, pending: Pending, tokenizer: Any) ->
         _put(params, pending._replace(fixed_text=None, fixed_ids=ids))
 
 
-def stamp_tokenized(params: dict, input_ids: Any) -> dict:
-    """A copy of one prompt's sampling params whose key holds the flat stamp the scheduler reads: its tags
-    checked against the ids SGLang tokenized it to, stamped with the tenant and the server's clock (the policy
-    clock, identical on every scheduler rank)."""
+def stamp_tokenized(params: dict, input_ids: Any) -> None:
+    """One prompt's Pending replaced by the flat stamp the scheduler reads: its tags checked against the ids
+    SGLang tokenized it to, stamped with the tenant and the server's clock (the policy clock, identical on every
+    scheduler rank). Its custom_params are the intake's own object (:func:`_put`), shared by this prompt alone."""
     pending = find(params.get("custom_params"))
     stamped = pending.stamped
     tags = stamped.tags
@@ -276,7 +276,7 @@ def stamp_tokenized(params: dict, input_ids: Any) -> dict:
         stamped, tags = _refused(stamped.tenant, exc)._replace(call=stamped.call, members=stamped.members), None
     if tags is not None:  # never the client's tenant
         stamped = stamped._replace(tags=tags.replace(tenant=stamped.tenant, ts=time.time()))
-    return {**params, "custom_params": {**params["custom_params"], KEY: stamped.to_wire()}}
+    params["custom_params"][KEY] = stamped.to_wire()
 
 
 def _prompts(obj: Any) -> list[tuple[Any, Any, Any]]:
@@ -298,7 +298,7 @@ def _prompts(obj: Any) -> list[tuple[Any, Any, Any]]:
 def _unstamped(params: dict) -> None:
     logger.exception("agentcache: tag intake failed; request served untagged")
     if isinstance(params.get("custom_params"), dict):
-        params["custom_params"][KEY] = Stamped("", None, "internal_error").to_wire()
+        _put(params, Stamped("", None, "internal_error").to_wire())
 
 
 def around_generate(original: Any, tokenizer_manager: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -346,7 +346,7 @@ def before_tokenized_object(
     params = getattr(obj, "sampling_params", None)
     if isinstance(params, dict) and isinstance(find(params.get("custom_params")), Pending):
         try:
-            obj.sampling_params = stamp_tokenized(params, input_ids)
+            stamp_tokenized(params, input_ids)
         except Exception:
             _unstamped(params)
     return None

@@ -89,15 +89,19 @@ def _worst_health_wait(server, body) -> float:
 
 
 def test_health_answers_while_a_huge_fixed_chars_text_is_tokenized(server):
+    """The event loop waits for SGLang's own tokenizing of the text, and not for agentcache's (which tokenized
+    the fixed text and then the whole text again on the loop: 6 times as long on the old code). Each waited
+    for twice, the shorter kept: the machine is shared."""
     rng = random.Random(8)
     text = " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randrange(2, 9))) for _ in range(120_000))
     params = {"max_new_tokens": 1}
-    untagged = _worst_health_wait(server, {"text": text, "sampling_params": params})  # SGLang's own tokenizing
     tags = {"v": 1, "workflow": "huge-fixed", "agent": "a:huge", "fixed_chars": len(text) - 1}
-    tagged = _worst_health_wait(
-        server, {"text": text, "sampling_params": {**params, "custom_params": {"agentcache": tags}}}
-    )
-    assert tagged < 1.6 * untagged + 0.3, (
+    tagged_body = {"text": text, "sampling_params": {**params, "custom_params": {"agentcache": tags}}}
+    untagged, tagged = float("inf"), float("inf")
+    for _ in range(2):
+        untagged = min(untagged, _worst_health_wait(server, {"text": text, "sampling_params": params}))
+        tagged = min(tagged, _worst_health_wait(server, tagged_body))
+    assert tagged < 2 * untagged + 0.3, (
         f"the event loop waited {tagged:.2f} s (SGLang's own tokenizing: {untagged:.2f} s)"
     )
 

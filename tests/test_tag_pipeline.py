@@ -33,7 +33,7 @@ def accept_tags(params: dict, raw_request: object, tokenizer: object, text: obje
         asyncio.run(tokenize_fixed_text(params, pending, tokenizer))
     if input_ids is None and tokenizer is not None and isinstance(text, str):
         input_ids = tokenizer.encode(text)
-    params.update(stamp_tokenized(params, input_ids))
+    stamp_tokenized(params, input_ids)
 
 
 def stamped_in(params: dict) -> Stamped:
