@@ -2,8 +2,8 @@
 
 SGLang calls ``register()`` once in every process it starts. In the launcher
 (which also serves HTTP) it adds the ``--agentcache-*`` flags, the tag intake
-and request guard hooks (intake.py, guards.py) and the control routes
-(routes.py); in the scheduler processes it registers the ``agentcache``
+and request guard hooks (intake.py, guards.py), the limits on bodies and
+connections (http_limits.py) and the control routes (routes.py); in the scheduler processes it registers the ``agentcache``
 radix-cache backend (cache.py) and the handlers that feed it (control.py). SGLang
 swallows exceptions raised here, so failures are logged loudly instead.
 """
