@@ -66,8 +66,9 @@ def test_each_prompt_of_a_batched_completion_is_stamped_against_its_own_prompt(s
     assert after == before + 1, "and counted with the reason"
 
 
-def _worst_health_wait(server, body) -> float:
-    """The longest /agentcache/v1/health took while the server took `body` (refused as too long, once tokenized)."""
+def _loop_blocked_s(server, body) -> float:
+    """How long the HTTP event loop was held while the server took `body` (refused as too long, once tokenized):
+    what /agentcache/v1/health calls, one after another, took beyond 50 ms each, summed."""
     done = threading.Event()
 
     def send():
@@ -76,22 +77,22 @@ def _worst_health_wait(server, body) -> float:
         finally:
             done.set()
 
-    worst = 0.0
+    blocked = 0.0
     sender = threading.Thread(target=send)
     sender.start()
     while not done.is_set():
         start = time.monotonic()
         server.client.get("/agentcache/v1/health").raise_for_status()
-        worst = max(worst, time.monotonic() - start)
-        time.sleep(0.01)
+        blocked += max(0.0, time.monotonic() - start - 0.05)
     sender.join()
-    return worst
+    return blocked
 
 
 def test_health_answers_while_a_huge_fixed_chars_text_is_tokenized(server):
-    """The event loop waits for SGLang's own tokenizing of the text, and not for agentcache's (which tokenized
-    the fixed text and then the whole text again on the loop: 6 times as long on the old code). Each waited
-    for twice, the shorter kept: the machine is shared."""
+    """The event loop is held by SGLang's own tokenizing of the text, and not by agentcache's (which tokenized
+    the fixed text and then the whole text again on the loop: 3.7 s against SGLang's 0.9 s). Each measured
+    twice, the shorter kept: the machine is shared, and the fixed text's thread competes for its cores (1.5 s
+    against 0.9 s on 2 busy cores)."""
     rng = random.Random(8)
     text = " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randrange(2, 9))) for _ in range(120_000))
     params = {"max_new_tokens": 1}
@@ -99,10 +100,10 @@ def test_health_answers_while_a_huge_fixed_chars_text_is_tokenized(server):
     tagged_body = {"text": text, "sampling_params": {**params, "custom_params": {"agentcache": tags}}}
     untagged, tagged = float("inf"), float("inf")
     for _ in range(2):
-        untagged = min(untagged, _worst_health_wait(server, {"text": text, "sampling_params": params}))
-        tagged = min(tagged, _worst_health_wait(server, tagged_body))
-    assert tagged < 2 * untagged + 0.3, (
-        f"the event loop waited {tagged:.2f} s (SGLang's own tokenizing: {untagged:.2f} s)"
+        untagged = min(untagged, _loop_blocked_s(server, {"text": text, "sampling_params": params}))
+        tagged = min(tagged, _loop_blocked_s(server, tagged_body))
+    assert tagged < 2.2 * untagged + 0.2, (
+        f"the event loop was held {tagged:.2f} s (by SGLang's own tokenizing: {untagged:.2f} s)"
     )
 
 
