@@ -346,6 +346,12 @@ def serve_forever(opts: ServeOptions) -> int:
             f"agentcache: serving on {opts.base_url} (policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode)",
             file=sys.stderr,
         )
+        if not opts.operator_key:
+            print(
+                "agentcache: development mode: no --api-key, every client is the operator and may read and end"
+                " every workflow",
+                file=sys.stderr,
+            )
 
     try:
         return run_until_signal(start, server.poll, server.stop, "the server")

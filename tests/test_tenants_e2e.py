@@ -46,6 +46,15 @@ def test_a_tenants_key_reads_and_ends_its_own_workflows_only(server):
     generate(server, A, "ta-1", "iso-a")
     generate(server, A, "ta-2", "iso-shared")
     generate(server, B, "tb-1", "iso-shared")
+    chat = {
+        "model": "default",
+        "max_tokens": 1,
+        "messages": [{"role": "system", "content": "You are A's planner."}, {"role": "user", "content": "plan"}],
+        "custom_params": {"agentcache": {"v": 1, "workflow": "iso-chat", "agent": "a:p", "fixed_messages": 1}},
+    }
+    assert server.client.post("/v1/chat/completions", json=chat, headers=A).status_code == 200
+    assert get(server, "workflows/iso-chat", A)["requests"] == 1
+    assert get(server, "workflows/iso-chat", B)["requests"] == 0
     assert get(server, "workflows/iso-a", A)["requests"] == 1
     # Whatever B names as its sub-tenant, it stays inside its own namespace.
     for label in (None, "tenant-a", "../tenant-a", ""):
@@ -75,7 +84,7 @@ def test_a_tenants_key_reads_and_ends_its_own_workflows_only(server):
         ).status_code
         == 401
     )
-    for workflow, who in (("iso-a", A), ("iso-shared", A), ("iso-shared", B)):
+    for workflow, who in (("iso-a", A), ("iso-chat", A), ("iso-shared", A), ("iso-shared", B)):
         assert end(server, workflow, who)
 
 
