@@ -37,6 +37,12 @@ TAGS_ATTR = "agentcache_tags"
 # A node remembers at most this many workflows (ended ones go first, then the least recent), so a
 # shared prefix touched by thousands of workflows stays small; its agents' demand values it anyway.
 MAX_WORKFLOWS_PER_NODE = 64
+# Agent names are the client's: a node remembers at most this many agents per workflow (and the policy this
+# many latest paths per workflow), and at most MAX_FIXED_AGENTS_PER_NODE agents whose fixed prompt covers it.
+# Past either, the least recently tagged go first, down to three quarters (once per quarter of new agents), so
+# a client naming a new agent at every request leaves each node's state, and the time to score it, bounded.
+MAX_AGENTS_PER_WORKFLOW = 16
+MAX_FIXED_AGENTS_PER_NODE = 64
 # Agents whose fixed-prompt node is remembered for prefetching; the least recently seen go first.
 MAX_TRACKED_AGENTS = 4096
 
@@ -124,6 +130,15 @@ def ensure_tags(node: Any, now: float = 0.0) -> NodeTags:
         tags = NodeTags(created=now, node_id=getattr(node, "id", None))
         setattr(node, TAGS_ATTR, tags)
     return tags
+
+
+def _keep_latest(
+    entries: dict[str, Any], stamped: list[tuple[int, str]], cap: int = MAX_AGENTS_PER_WORKFLOW
+) -> list[tuple[str, Any]]:
+    """Drop from `entries` (agent -> anything) the least recently tagged agents, by their `stamped` (stamp,
+    agent) pairs (ties by name), down to three quarters of `cap`; the entries dropped."""
+    stamped.sort()
+    return [(a, entries.pop(a)) for _, a in stamped[: len(stamped) - cap * 3 // 4]]
 
 
 def node_tokens(node: CacheNode) -> int:
@@ -227,9 +242,13 @@ class CachePolicy(ABC):
                 if len(t.workflows) >= MAX_WORKFLOWS_PER_NODE:
                     self._prune(t)
                 agents = {}
+            elif agent not in agents and len(agents) >= MAX_AGENTS_PER_WORKFLOW:
+                _keep_latest(agents, [(s, a) for a, s in agents.items()])
             agents[agent] = stamp
             t.workflows[workflow] = agents
             if depth <= fixed:
+                if agent not in t.fixed_agents and len(t.fixed_agents) >= MAX_FIXED_AGENTS_PER_NODE:
+                    self._prune_fixed(t)
                 t.fixed_agents.add(agent)
             else:
                 t.past_fixed = True
@@ -246,7 +265,11 @@ class CachePolicy(ABC):
                     del self.fixed_leaf[next(iter(self.fixed_leaf))]
         if path and self.registry.is_active(workflow):
             latest = Latest(stamp, path[-1], fixed, matched_tokens, prompt_tokens, depth, self.told_reread)
-            self.latest.setdefault(workflow, {})[agent] = latest
+            pairs = self.latest.setdefault(workflow, {})
+            if agent not in pairs and len(pairs) >= MAX_AGENTS_PER_WORKFLOW:
+                for gone, pair in _keep_latest(pairs, [(p.stamp, a) for a, p in pairs.items()]):
+                    self.on_latest_dropped(workflow, gone, pair)
+            pairs[agent] = latest
 
     def _prune(self, t: NodeTags) -> None:
         """Forget the ended workflows on a full node, then its least recent ones down to three quarters full:
@@ -257,6 +280,17 @@ class CachePolicy(ABC):
         while len(t.workflows) > MAX_WORKFLOWS_PER_NODE * 3 // 4:
             del t.workflows[next(iter(t.workflows))]
 
+    def _prune_fixed(self, t: NodeTags) -> None:
+        """Forget the least recently tagged of a full node's fixed-prompt agents, by the stamps its workflows
+        remember (agents none remembers first), down to three quarters full."""
+        seen: dict[str, int] = dict.fromkeys(t.fixed_agents, 0)
+        for agents in t.workflows.values():
+            for a, stamp in agents.items():
+                if stamp > seen.get(a, stamp):
+                    seen[a] = stamp
+        for a, _ in _keep_latest(seen, [(stamp, a) for a, stamp in seen.items()], MAX_FIXED_AGENTS_PER_NODE):
+            t.fixed_agents.discard(a)
+
     # -- hooks for subclasses
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
@@ -264,6 +298,9 @@ class CachePolicy(ABC):
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         """A workflow ended or its lease ran out."""
+
+    def on_latest_dropped(self, workflow: WorkflowKey, agent: str, latest: Latest) -> None:
+        """The pair's `latest` path was forgotten (MAX_AGENTS_PER_WORKFLOW): its nodes are on no latest path."""
 
     def adopt(self, tags: NodeTags) -> None:
         """The engine split a node: `tags` (a copy of the child's) now belong to the new parent."""

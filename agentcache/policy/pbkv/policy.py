@@ -150,6 +150,9 @@ class PBKVPolicy(CachePolicy):
             self.keys.forget_superseded(workflow, agent, superseded.stamp)
         self.keys.track(path, workflow, agent, self.registry.is_active(workflow))
 
+    def on_latest_dropped(self, workflow: WorkflowKey, agent: str, latest: Latest) -> None:
+        self.keys.forget_superseded(workflow, agent, latest.stamp)  # its nodes lose the pair's value
+
     def adopt(self, tags: NodeTags) -> None:
         self.keys.adopt(tags)
 
