@@ -5,9 +5,11 @@ slow sender as long as it sends, and takes every connection. The plugin adds
 an ASGI middleware (:class:`BodyLimits`) that answers a body over the limit
 with HTTP 413 (at once where its Content-Length says so, else once that many
 bytes arrived) and a body that takes longer than the timeout with HTTP 408,
-both as JSON naming the limit; and it caps uvicorn's concurrent connections
-(``limit_concurrency``: beyond it, HTTP 503). Each is set by an environment
-variable (0 turns it off); docs/usage.md lists them.
+both as JSON naming the limit; it caps uvicorn's concurrent connections
+(``limit_concurrency``: beyond it, HTTP 503), and gives a request's headers a
+deadline (uvicorn has none: a connection that never finishes its headers held
+its slot for good) by its own subclass of uvicorn's httptools protocol. Each
+is set by an environment variable (0 turns it off); docs/usage.md lists them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 MAX_BODY_ENV = "AGENTCACHE_MAX_BODY_BYTES"
 BODY_TIMEOUT_ENV = "AGENTCACHE_BODY_TIMEOUT_S"
 MAX_CONNECTIONS_ENV = "AGENTCACHE_MAX_CONNECTIONS"
+HEADER_TIMEOUT_ENV = "AGENTCACHE_HEADER_TIMEOUT_S"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class HttpLimits:
     max_body_bytes: int = 64 << 20  # a 128k-token prompt as JSON ids is ~1 MB; images in chat are larger
     body_timeout_s: float = 60.0  # from the request's headers to its body's last byte
     max_connections: int = 4096  # uvicorn's limit_concurrency: connections (and requests) at once
+    header_timeout_s: float = 30.0  # from a connection (or a kept-alive one's next request) to its headers' end
 
     @staticmethod
     def from_env() -> HttpLimits:
@@ -37,6 +41,7 @@ class HttpLimits:
             ("max_body_bytes", MAX_BODY_ENV, int),
             ("body_timeout_s", BODY_TIMEOUT_ENV, float),
             ("max_connections", MAX_CONNECTIONS_ENV, int),
+            ("header_timeout_s", HEADER_TIMEOUT_ENV, float),
         ):
             raw = os.environ.get(env)
             if raw is not None:
@@ -120,9 +125,58 @@ def install(app: Any, limits: HttpLimits) -> None:
         app.add_middleware(BodyLimits, limits=limits)
 
 
-def cap_connections(config: Any, *args: Any, **kwargs: Any) -> Any:  # BEFORE hook on uvicorn.Config.__init__
-    """uvicorn's connection cap, where SGLang sets none."""
-    limit = HttpLimits.from_env().max_connections
-    if limit and kwargs.get("limit_concurrency") is None:
-        kwargs["limit_concurrency"] = limit
+def with_header_deadline(timeout_s: float) -> type:
+    """uvicorn's httptools protocol, closing a connection whose request headers are not whole within `timeout_s`
+    (from the connection, or from a kept-alive connection's next request) with HTTP 408."""
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+    class HeaderDeadlineProtocol(HttpToolsProtocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(timeout_s, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                message = f"the request headers did not arrive within {timeout_s:g} s ({HEADER_TIMEOUT_ENV})".encode()
+                head = b"content-type: text/plain\r\nconnection: close\r\ncontent-length: %d\r\n\r\n" % len(message)
+                self.transport.write(STATUS_LINE[408] + head + message)
+                self.transport.close()
+
+    return HeaderDeadlineProtocol
+
+
+def limit_uvicorn(config: Any, *args: Any, **kwargs: Any) -> Any:  # BEFORE hook on uvicorn.Config.__init__
+    """uvicorn's connection cap and a deadline for headers, where SGLang sets neither."""
+    limits = HttpLimits.from_env()
+    if limits.max_connections and kwargs.get("limit_concurrency") is None:
+        kwargs["limit_concurrency"] = limits.max_connections
+    if limits.header_timeout_s and kwargs.get("http", "auto") in ("auto", "httptools"):
+        try:
+            kwargs["http"] = with_header_deadline(limits.header_timeout_s)
+        except ImportError:  # no httptools: uvicorn's h11 protocol, without a deadline
+            pass
     return (config, *args), kwargs

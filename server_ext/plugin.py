@@ -157,7 +157,7 @@ def _register_launcher() -> None:
     HookRegistry.register(
         "sglang.srt.entrypoints.http_server._freeze_gc_after_server_warmup", _freeze_gc_once_listening, HookType.AROUND
     )
-    HookRegistry.register("uvicorn.config.Config.__init__", http_limits.cap_connections, HookType.BEFORE)
+    HookRegistry.register("uvicorn.config.Config.__init__", http_limits.limit_uvicorn, HookType.BEFORE)
     # Imported by SGLang when it installs its API-key check: with tenant keys, ours decides instead.
     HookRegistry.register("sglang.srt.utils.auth.add_api_key_middleware", tenancy.add_key_middleware, HookType.AROUND)
     HookRegistry.register(

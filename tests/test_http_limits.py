@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
+import time
 
 import pytest
 
-from agentcache.server_ext.http_limits import BodyLimits, HttpLimits, cap_connections
+from agentcache.server_ext.http_limits import BodyLimits, HttpLimits, limit_uvicorn, with_header_deadline
 
 
 async def echo_length(scope, receive, send):
@@ -60,13 +63,50 @@ def test_a_slow_sender_times_out_with_408():
     assert call(HttpLimits(max_body_bytes=0, body_timeout_s=0), [b"x", b"x"], pause_s=0.05) == (200, b"2")
 
 
-def test_uvicorn_gets_a_connection_cap_unless_one_is_set(monkeypatch):
+def test_uvicorn_gets_a_connection_cap_and_a_header_deadline_unless_set(monkeypatch):
     import uvicorn
 
     monkeypatch.setenv("AGENTCACHE_MAX_CONNECTIONS", "7")
-    args, kwargs = cap_connections(None, "app", host="h")
+    args, kwargs = limit_uvicorn(None, "app", host="h")
     assert kwargs["limit_concurrency"] == 7 and uvicorn.Config(*args[1:], **kwargs).limit_concurrency == 7
-    assert cap_connections(None, "app", limit_concurrency=3)[1]["limit_concurrency"] == 3
+    assert kwargs["http"].__name__ == "HeaderDeadlineProtocol"
+    assert limit_uvicorn(None, "app", limit_concurrency=3, http="h11")[1] == {"limit_concurrency": 3, "http": "h11"}
     monkeypatch.setenv("AGENTCACHE_MAX_CONNECTIONS", "lots")
     with pytest.raises(SystemExit, match="AGENTCACHE_MAX_CONNECTIONS"):
         HttpLimits.from_env()
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed_with_408():
+    import uvicorn
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    protocol = with_header_deadline(0.3)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=protocol, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as whole:
+            whole.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert whole.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(0.5)  # kept alive past the deadline: it runs from a request's first byte
+            whole.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert whole.recv(4096).startswith(b"HTTP/1.1 200")
+        for sent in (b"", b"GET / HTTP/1.1\r\nHost: x\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as slow:
+                slow.sendall(sent)
+                start = time.monotonic()
+                reply = slow.recv(4096)
+                assert reply.startswith(b"HTTP/1.1 408") and b"AGENTCACHE_HEADER_TIMEOUT_S" in reply
+                assert slow.recv(4096) == b"" and time.monotonic() - start < 2, "closed"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
