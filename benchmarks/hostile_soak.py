@@ -82,6 +82,32 @@ def hostile_requests(rng: random.Random, round_no: int) -> list[tuple[str, str, 
             {},
         ),
         (
+            "n = 4 samples of a tagged chat",
+            CHAT,
+            {**chat, "n": 4, "custom_params": {"agentcache": {**tag, "workflow": f"samples-{round_no}"}}},
+            {},
+        ),
+        (
+            "a batch whose boundary one prompt cannot hold",
+            "/v1/completions",
+            {
+                "model": "default",
+                "max_tokens": 1,
+                "prompt": [ids(rng, 60), ids(rng, 10)],
+                "custom_params": {"agentcache": {**tag, "fixed_tokens": 40}},
+            },
+            {},
+        ),
+        (
+            "fixed_chars on a 200 KB text over the context length",
+            "/generate",
+            {
+                "text": big_system[:200_000],
+                "sampling_params": {"max_new_tokens": 1, "custom_params": {"agentcache": {**tag, "fixed_chars": 1}}},
+            },
+            {},
+        ),
+        (
             "honest tagged request",
             "/generate",
             {
