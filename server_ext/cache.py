@@ -10,7 +10,8 @@ on the Python tree core, and adds:
   request's workflow and agent (``checkpoint_into_tree``, through the routine
   the replay uses too: agentcache.engine.fixed_prompt);
 - control operations (end a workflow, statistics) applied in the scheduler
-  thread, in the order SGLang delivers them to every rank.
+  thread, in the order SGLang delivers them to every rank; what the read-only
+  ones answer is in server_ext/views.py.
 
 A policy that raises never takes the scheduler down. Inside eviction it is
 dropped: the fault is logged with its traceback and counted (``policy_faults``
@@ -41,7 +42,6 @@ from agentcache.cost import DEFAULT_COST
 from agentcache.engine.adapter import (
     FULL,
     TaggedFullComponent,
-    cached_nodes,
     held_by_class,
     install_policy,
     queue_prefetch,
@@ -49,13 +49,14 @@ from agentcache.engine.adapter import (
 )
 from agentcache.engine.fixed_prompt import fixed_offset, split_and_tag
 from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_policy, prefetch
-from agentcache.policy.base import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.predictor.tenants import per_tenant
 from agentcache.server_ext.calls import Calls
 from agentcache.server_ext.config import PluginConfig
+from agentcache.server_ext.control_limits import FIRST_PAGE, Page
 from agentcache.server_ext.metrics import Metrics
 from agentcache.server_ext.records import TenantCounters, WorkflowRecords
+from agentcache.server_ext.views import WorkflowNodes, stats
 from agentcache.tags import Stamped, Tags, WorkflowKey, find
 
 logger = logging.getLogger("agentcache")
@@ -108,6 +109,7 @@ class AgentCache(UnifiedRadixCache):
             for coverage in self.policy.coverages():
                 coverage.on_count = self.metrics.forecast
         self.workflows = WorkflowRecords()
+        self.views = WorkflowNodes()  # what the control routes read instead of the tree (server_ext/views.py)
         self.tenants = TenantCounters()
         logger.info(
             "agentcache: policy %s (its core %s), lease %.0f s, tree core %s",
@@ -189,6 +191,8 @@ class AgentCache(UnifiedRadixCache):
             self, req.last_node, key, None, tags.fixed, self._tag_path, tags, tags.ts, matched, prompt,
             priority=req.priority or 0,
         )  # fmt: skip
+        if not tags.implicit:
+            self.views.tagged(tags.key, path)
         return 0 if matched is None else take_prefetched(path[: _nodes_within(path, matched)])
 
     def _tag_path(self, *args: Any) -> None:
@@ -308,96 +312,9 @@ class AgentCache(UnifiedRadixCache):
         self.tenants.count(tenant, f"invalid_tags_{reason}")
         self._count(f"invalid_tags_{reason}")
 
-    def stats(self, tenant: str = "", operator: bool = True) -> dict[str, Any]:
-        """Server-wide statistics for the operator; for a tenant, its own counts and workflows only."""
-        if not operator:
-            return self.tenant_stats(tenant)
-        registry = self.policy.registry
-        c = self.counters
-        workflows = {str(k): v for k, v in self.workflows.items()}
-        dropped = self.component.policy is None
-        return {
-            "policy": self.config.policy.text + (" (dropped after a fault: evicting by lru)" if dropped else ""),
-            "scope": "server",
-            "policy_core": compiled.active(),
-            "held_tokens": self._consult("statistics", held_by_class, self, self.policy) or {},
-            "active_workflows": len(registry),
-            "retired_workflows": registry.retired_count,
-            "expired_workflows": registry.expired_count,
-            "in_flight_requests": len(self._requests),
-            "lost_releases": registry.lost_releases,
-            "requests": c["requests"],
-            "tagged_requests": c["tagged_requests"],
-            "untagged_requests": c["untagged_requests"],
-            "invalid_tags": dict(self.invalid_tags),
-            "prompt_tokens": c["prompt_tokens"],
-            "hit_tokens": c["hit_tokens"],
-            "host_hit_tokens": c["host_hit_tokens"],
-            "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
-            "ended_workflows": c["ended_workflows"],
-            "unknown_end_events": c["unknown_end_events"],
-            "forecasters": self._consult("statistics", self.policy.forecast_stats) or {},
-            "predictor_faults": dict(self.policy.predictor.faults) if isinstance(self.policy, PBKVPolicy) else {},
-            "policy_faults": dict(self.policy_faults),
-            "prefetch": {
-                "mode": self.config.prefetch if self.cache_controller is not None else "off (no host tier)",
-                "prefetched_tokens": c["prefetched_tokens"],
-                "used_tokens": c["prefetch_used_tokens"],
-                "wasted_tokens": self.component.prefetch_wasted_tokens,
-            },
-            "evicted_tokens": dict(self.component.evicted_tokens),
-            "evicted_nodes": dict(self.component.evicted_nodes),
-            "cached_tokens": self.total_size()[0],
-            "free_tokens": self.token_to_kv_pool_allocator.available_size(),
-            "tenants": len(self.tenants),
-            "workflows": workflows,
-        }
-
-    def tenant_stats(self, tenant: str) -> dict[str, Any]:
-        """What one tenant may see: counts of its own traffic and its own workflows, nothing server-wide."""
-        c = self.tenants.of(tenant)
-        prefix = "invalid_tags_"
-        return {
-            "policy": self.config.policy.text,
-            "scope": "tenant",
-            "active_workflows": sum(1 for state in self.policy.registry.active() if state.id.tenant == tenant),
-            "requests": c["requests"],
-            "tagged_requests": c["tagged_requests"],
-            "untagged_requests": c["untagged_requests"],
-            "invalid_tags": {k[len(prefix) :]: v for k, v in c.items() if k.startswith(prefix)},
-            "prompt_tokens": c["prompt_tokens"],
-            "hit_tokens": c["hit_tokens"],
-            "host_hit_tokens": c["host_hit_tokens"],
-            "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
-            "ended_workflows": c["ended_workflows"],
-            "unknown_end_events": c["unknown_end_events"],
-            "workflows": {k.id: v for k, v in self.workflows.items() if k.tenant == tenant},
-        }
-
-    def workflow_view(self, key: WorkflowKey) -> dict[str, Any]:
-        """What the cache holds for one workflow: its record and the nodes it touched (a debugging view)."""
-        nodes = tokens = fixed_tokens = 0
-        agents: set[str] = set()
-        for node in cached_nodes(self):
-            tags = getattr(node, TAGS_ATTR, None)
-            if tags is None or key not in tags.workflows:
-                continue
-            nodes += 1
-            tokens += len(node.key)
-            fixed_tokens += len(node.key) if tags.fixed_agents else 0
-            agents |= tags.workflows[key].keys()
-        record = self.workflows.get(key) or {}
-        return {
-            "workflow": key.id,
-            "active": self.policy.registry.is_active(key),
-            "requests": record.get("requests", 0),
-            "ended": record.get("ended", False),
-            "agents": record.get("agents", {}),
-            "cached_nodes": nodes,
-            "cached_tokens": tokens,
-            "cached_fixed_tokens": fixed_tokens,
-            "cached_agents": sorted(agents),
-        }
+    def stats(self, tenant: str = "", operator: bool = True, page: Page = FIRST_PAGE) -> dict[str, Any]:
+        """Server-wide statistics for the operator; for a tenant, its own counts and workflows only (views.py)."""
+        return stats(self, tenant, operator, page)
 
 
 def _nodes_within(path: list[Any], tokens: int) -> int:

@@ -173,6 +173,8 @@ expiry_ticker = ExpiryTicker()
 
 def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlOutput:
     from agentcache.server_ext.cache import AgentCache
+    from agentcache.server_ext.control_limits import Page
+    from agentcache.server_ext.views import workflow_view
 
     cache = getattr(scheduler, "tree_cache", None)
     if not isinstance(cache, AgentCache):
@@ -189,9 +191,10 @@ def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlO
         if req.op == "end":
             return _reply(req, True, {"ended": cache.end_workflow(_key(payload), float(payload["ts"]))})
         if req.op == "stats":
-            return _reply(req, True, cache.stats(str(payload.get("tenant", "")), bool(payload.get("operator"))))
+            tenant, operator = str(payload.get("tenant", "")), bool(payload.get("operator"))
+            return _reply(req, True, cache.stats(tenant, operator, Page.of(payload)))
         if req.op == "workflow":
-            return _reply(req, True, cache.workflow_view(_key(payload)))
+            return _reply(req, True, workflow_view(cache, _key(payload)))
         if req.op == "expire":
             return _reply(req, True, {"expired": cache.expire(float(payload["ts"]))})
         if req.op == "ping":

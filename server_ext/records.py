@@ -12,6 +12,7 @@ loses its oldest entry.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 from agentcache.tags import principal_of
@@ -50,6 +51,10 @@ class ByPrincipal:
     def count(self, principal: str) -> int:
         keys = self._of.get(principal)
         return len(keys) if keys else 0
+
+    def recent(self, principal: str) -> Iterator[Any]:
+        """`principal`'s entries, most recent first."""
+        return reversed(self._of.get(principal) or OrderedDict())
 
     def oldest(self, principal: str | None = None) -> Any:
         """The least recent entry of `principal`, or (None) of the principal holding the most."""
@@ -109,6 +114,12 @@ class WorkflowRecords:
 
     def items(self) -> Any:
         return self._records.items()
+
+    def recent(self, principal: str | None = None) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """(key, record), most recent first: every one, or (an index, no scan) those of `principal`'s workflows."""
+        records = self._records
+        keys = reversed(records) if principal is None else self._principals.recent(principal)
+        return ((key, records[key]) for key in keys)
 
     def _resize(self, key: Any, size: int) -> None:
         self.bytes += size - self._sizes.get(key, 0)
