@@ -9,8 +9,18 @@ import os
 import pytest
 
 from agentcache.atomic import atomic_write
-from agentcache.trace import End, Meta, Request, Segment, Trace, TraceError, TornTraceWarning, TraceWriter
-from agentcache.trace import read_trace, write_trace
+from agentcache.trace import (
+    End,
+    Meta,
+    Request,
+    Segment,
+    TornTraceWarning,
+    Trace,
+    TraceError,
+    TraceWriter,
+    read_trace,
+    write_trace,
+)
 
 
 def request(ts: float, workflow: str = "w") -> Request:
