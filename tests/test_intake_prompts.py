@@ -115,3 +115,15 @@ def test_fixed_chars_are_tokenized_off_the_event_loop_and_resolved_against_sglan
     outs, ticks = asyncio.run(scenario())
     assert outs == ["done"] and ticks >= 20, "the event loop kept running while the fixed text was tokenized"
     assert stamps[0].tags is not None and stamps[0].tags.fixed_tokens == 12
+
+
+def test_fixed_chars_are_resolved_per_prompt_of_a_text_batch():
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    chars = SimpleNamespace(encode=lambda text: [ord(c) for c in text])
+    first, second = run_generate(
+        GenerateReqInput(text=["system: be brief | task one", "hi"], sampling_params=tags_for(fixed_chars=8)),
+        tokenizer=chars,
+    )
+    assert first.tags.fixed_tokens == 8 and second.tags.fixed_tokens == 2, "a text shorter than the boundary: all of it"
+    assert first.tags.ts and first.tags.workflow == second.tags.workflow == "w", "one tag object, each prompt a call"
