@@ -71,6 +71,25 @@ def hostile_requests(rng: random.Random, round_no: int) -> list[tuple[str, str, 
             {},
         ),
         (
+            "a new agent name at every request, one shared prefix",
+            "/generate",
+            {
+                "input_ids": ids(random.Random("shared"), 32) + ids(rng, 8),
+                "sampling_params": {
+                    "max_new_tokens": 1,
+                    "custom_params": {
+                        "agentcache": {
+                            **tag,
+                            "workflow": "many-names",
+                            "agent_name": f"n{rng.getrandbits(64):x}",
+                            "fixed_tokens": 32,
+                        }
+                    },
+                },
+            },
+            {},
+        ),
+        (
             "1 MB system prompt over the context length",
             CHAT,
             {
