@@ -251,8 +251,8 @@ def _register_worker() -> None:
     from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from agentcache.server_ext.cache import build_agentcache
     from agentcache.engine.cpu_hicache import apply_cpu_hicache_shims
+    from agentcache.server_ext.cache import build_agentcache
 
     if get_radix_cache_factory(BACKEND) is None:
         register_radix_cache_backend(BACKEND, build_agentcache)

@@ -43,8 +43,12 @@ def _imports(path: Path, top_level_only: bool) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     if top_level_only:
         # module level, including under if/try (TYPE_CHECKING blocks too), not inside functions
-        nodes = [n for top in tree.body if not isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-                 for n in ast.walk(top)]
+        nodes = [
+            n
+            for top in tree.body
+            if not isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            for n in ast.walk(top)
+        ]
     else:
         nodes = list(ast.walk(tree))
     names: set[str] = set()
@@ -135,15 +139,40 @@ def _importers_of(forbidden: tuple[str, ...], within: str, top_level_only: bool 
     ("layer", "forbidden"),
     [
         # the policy core: plain Python, no engine, no framework
-        ("agentcache.policy", ("sglang", "torch", "agentcache.engine", "agentcache.server_ext", "agentcache.replay",
-                               "agentcache.integrations", "agentcache_sdk", "agentcache.cli", "rich")),
+        (
+            "agentcache.policy",
+            (
+                "sglang",
+                "torch",
+                "agentcache.engine",
+                "agentcache.server_ext",
+                "agentcache.replay",
+                "agentcache.integrations",
+                "agentcache_sdk",
+                "agentcache.cli",
+                "rich",
+            ),
+        ),
         # the engine layer adapts the policy to SGLang; it knows neither the server's process nor the replay
         ("agentcache.engine", ("agentcache.server_ext", "agentcache.replay", "agentcache.cli", "agentcache_sdk")),
         # the replay runs the engine layer, not the server plugin
         ("agentcache.replay", ("agentcache.server_ext", "agentcache.cli", "agentcache_sdk", "agentcache.integrations")),
         # the SDK needs httpx alone
-        ("agentcache_sdk", ("agentcache.policy", "agentcache.engine", "agentcache.replay", "agentcache.server_ext",
-                            "agentcache.cli", "agentcache.predictor", "sglang", "torch", "rich", "numpy")),
+        (
+            "agentcache_sdk",
+            (
+                "agentcache.policy",
+                "agentcache.engine",
+                "agentcache.replay",
+                "agentcache.server_ext",
+                "agentcache.cli",
+                "agentcache.predictor",
+                "sglang",
+                "torch",
+                "rich",
+                "numpy",
+            ),
+        ),
         ("agentcache.predictor", ("agentcache.server_ext", "agentcache.replay", "agentcache.cli", "agentcache_sdk")),
     ],
 )
