@@ -46,7 +46,10 @@ def _add_cli_args(result, parser):  # noqa: ANN001 - AFTER hook on ServerArgs.ad
         "--agentcache-policy", default=None, help="eviction policy of --radix-cache-backend agentcache (default pbkv)"
     )
     group.add_argument(
-        "--agentcache-lease", type=float, default=None, help="seconds without a request before a workflow is retired"
+        "--agentcache-lease",
+        type=float,
+        default=None,
+        help="seconds a workflow may go with no request in flight or arriving before it is retired",
     )
     group.add_argument("--agentcache-call-graph", default=None, help="JSON file with the static call graph (kvflow)")
     group.add_argument(

@@ -33,7 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--lease",
         type=float,
         default=300.0,
-        help="seconds without a request before a workflow is retired (default %(default)s)",
+        help="seconds a workflow may go with no request in flight or arriving before it is retired (default %(default)s)",
     )
     p.add_argument(
         "--host-capacity", type=int, default=0, help="host-memory tier (HiCache) in tokens; 0: none (default)"

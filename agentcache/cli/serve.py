@@ -30,7 +30,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--max-total-tokens", type=int, help="KV capacity in tokens (CPU dev mode: 65536 unless given; GPU: SGLang's)"
     )
     p.add_argument("--hicache", action="store_true", help="enable SGLang's host-memory tier (HiCache)")
-    p.add_argument("--lease", type=float, help="seconds without a request before a workflow is retired")
+    p.add_argument(
+        "--lease",
+        type=float,
+        help="seconds a workflow may go with no request in flight or arriving before it is retired",
+    )
     p.add_argument("--call-graph", help="JSON file with the static call graph (for kvflow)")
     p.add_argument(
         "--predictor", help=f"pbkv's forecaster: markov, markov-n:N, neural:MODEL.pt (default {DEFAULT_PREDICTOR})"
