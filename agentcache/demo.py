@@ -32,6 +32,7 @@ from typing import Any
 from agentcache.bench.runner import (
     DEFAULT_POLICIES,
     BenchOptions,
+    Stage,
     best_sglang_strategy,
     measure,
     runs_on_plain_sglang,
@@ -185,7 +186,7 @@ END_EVENTS_TIMEOUT_S = 30.0
 
 
 def run_demo(
-    opts: DemoOptions, stage: Callable[[str], None] = lambda _: None, answered: Callable[[], None] | None = None
+    opts: DemoOptions, stage: Callable[[Stage], None] = lambda _: None, answered: Callable[[], None] | None = None
 ) -> list[Run]:
     """Every policy and repetition on a fresh, warmed-up server, the same workflows each time."""
     import openai

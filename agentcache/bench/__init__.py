@@ -26,6 +26,6 @@ the run's completion time (first request sent to last answer).
 
 The modules, by job: ``workload`` turns a trace into timed, streamed requests;
 ``runs`` holds a run's figures and their medians over repetitions; ``runner``
-starts the fresh servers and measures each (repetition, policy); ``report``
-says it in sentences and a plot.
+starts the fresh servers and measures each (repetition, policy); ``progress``
+shows where a bench is while it runs; ``report`` says it in sentences and a plot.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import statistics
@@ -92,6 +93,22 @@ def warm_up(base_url: str, headers: dict[str, str], vocab_size: int, prompt_toke
 WorkloadRunner = Callable[[str, dict[str, str], PolicySpec], tuple[list[Sent], float]]
 
 
+@dataclass(frozen=True)
+class Stage:
+    """Where a bench is, for a progress display: which run of how many, and what that run is doing."""
+
+    policy: str
+    repetition: int  # from 0
+    repeat: int
+    run: int  # from 0, in the order the runs go
+    runs: int
+    step: str  # "starting SGLang", "warming up", "running", "done"
+
+    @property
+    def where(self) -> str:
+        return f"{self.policy} (repetition {self.repetition + 1} of {self.repeat})"
+
+
 def measure(
     opts: BenchOptions,
     run_workload: WorkloadRunner,
@@ -99,7 +116,7 @@ def measure(
     capacity: int,
     vocab_size: int,
     warmup_tokens: int,
-    stage: Callable[[str], None] = lambda _: None,
+    stage: Callable[[Stage], None] = lambda _: None,
 ) -> list[Run]:
     """Every (repetition, policy) on a fresh, warmed-up server, in alternating order.
 
@@ -109,19 +126,21 @@ def measure(
     from agentcache.server_ext.launcher import Server, ServerError
 
     specs = {s.text: s for s in opts.policies}
+    order = run_order(list(specs), opts.repeat)
     runs = []
-    for repetition, policy in run_order(list(specs), opts.repeat):
+    for index, (repetition, policy) in enumerate(order):
         spec = specs[policy]
         name = f"{policy.replace('/', '_')}-{repetition + 1}"
-        where = f"{policy} (repetition {repetition + 1} of {opts.repeat})"
-        stage(f"{where}: starting {'SGLang' if runs_on_plain_sglang(spec) else 'SGLang with agentcache'}")
+        at = functools.partial(Stage, policy, repetition, opts.repeat, index, len(order))  # at(step): a Stage
+        where = at("").where
+        stage(at(f"starting {'SGLang' if runs_on_plain_sglang(spec) else 'SGLang with agentcache'}"))
         options = serve_options(spec, opts, capacity, name)
         try:
             with Server(options) as server:
                 headers = server.auth_headers()
-                stage(f"{where}: warming up")
+                stage(at("warming up"))
                 warm_up(server.base_url, headers, vocab_size, warmup_tokens, opts.warmup_requests)
-                stage(f"{where}: running")
+                stage(at("running"))
                 sent, makespan = run_workload(server.base_url, headers, spec)
                 stats = {} if runs_on_plain_sglang(spec) else server_stats(server.base_url, headers)
         except (ServerError, httpx.HTTPError, BenchError) as exc:
@@ -133,6 +152,7 @@ def measure(
                 f" ran it as {stats['policy']!r}{log}"
             )
         runs.append(Run(policy, repetition, sent, makespan))
+        stage(at("done"))
     return runs
 
 
@@ -170,7 +190,7 @@ def bench_trace(
     token_scale: float,
     time_scale: float,
     max_new_tokens: int,
-    stage: Callable[[str], None] = lambda _: None,
+    stage: Callable[[Stage], None] = lambda _: None,
     answered: Callable[[], None] | None = None,
 ) -> tuple[list[Run], int]:
     """The trace driven once per (policy, repetition); the runs, and the KV capacity they had.

@@ -7,8 +7,8 @@ import json
 import tempfile
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agentcache.bench.progress import BenchProgress
 from agentcache.bench.report import comparisons, median_range, plot
 from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace
 from agentcache.bench.runs import summarize
@@ -131,18 +131,16 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         log_dir=log_dir,
     )
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("bench", total=len(trace.requests) * len(policies) * args.repeat)
+        with BenchProgress(console, requests_per_run=len(trace.requests)) as progress:
             runs, capacity = bench_trace(
                 trace,
                 opts,
                 token_scale=args.token_scale,
                 time_scale=args.time_scale,
                 max_new_tokens=args.max_new_tokens,
-                stage=lambda text: progress.update(task, description=text),
-                answered=lambda: progress.advance(task),
+                stage=progress.stage,
+                answered=progress.answered,
             )
     except BenchError as exc:
         raise UsageError(f"{exc} (server logs: {log_dir})") from None

@@ -7,8 +7,8 @@ import json
 import tempfile
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from agentcache.bench.progress import BenchProgress
 from agentcache.bench.report import median_range
 from agentcache.bench.runner import runs_on_plain_sglang
 from agentcache.bench.workload import BenchError
@@ -75,20 +75,9 @@ def run(args: argparse.Namespace) -> int:
         log_dir=log_dir,
         record=args.record,
     )
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TextColumn("{task.completed} answers"),
-        TimeElapsedColumn(),
-    )
     try:
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("demo", total=None)
-            runs = run_demo(
-                opts,
-                stage=lambda text: progress.update(task, description=text),
-                answered=lambda: progress.advance(task),
-            )
+        with BenchProgress(console) as progress:
+            runs = run_demo(opts, stage=progress.stage, answered=progress.answered)
     except BenchError as exc:
         raise UsageError(f"{exc} (server logs: {log_dir})") from None
     results = summarize(runs)
