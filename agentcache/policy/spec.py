@@ -1,4 +1,5 @@
-"""Policy specs, parsed once: `pbkv`, `pbkv/-timing/+cost` (ablations), `pbkv+prefetch`, `lfu` (SGLang's own).
+"""Policy specs, parsed once: `pbkv`, `pbkv/-timing/+cost` (ablations), `pbkv+prefetch`, `lfu` (SGLang's own),
+`session-lfu` (SGLang's session cache over its lfu).
 
 The CLI, the replay, the live benchmark and the server take policy names from
 users; each parses them here into :class:`PolicySpec` as soon as it gets them
@@ -16,7 +17,11 @@ OURS = ("lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belad
 OFFLINE = ("belady",)  # needs the whole trace: replay only
 # SGLang 0.5.23's own --radix-eviction-policy strategies (its default is lru, which ours equals).
 SGLANG_STRATEGIES = ("lru", "lfu", "slru", "tlru", "priority", "fifo", "mru", "filo")
-BUILTINS = tuple(s for s in SGLANG_STRATEGIES if s not in OURS)  # what a user has instead of agentcache: one flag
+# --enable-session-radix-cache over a strategy: each workflow a session, closed at its end.
+SESSION_PREFIX = "session-"
+SESSION_STRATEGIES = (f"{SESSION_PREFIX}lru", f"{SESSION_PREFIX}lfu")
+# What a user has instead of agentcache: a flag or two.
+BUILTINS = (*(s for s in SGLANG_STRATEGIES if s not in OURS), *SESSION_STRATEGIES)
 WARMUP = "warmup"  # CacheScout-style warm-up requests instead of host-tier loads
 PREFETCH_SUFFIXES = {"+prefetch": CONSERVATIVE, "+prefetch-aggressive": AGGRESSIVE, "+warmup": WARMUP}
 
@@ -28,7 +33,7 @@ class PolicyConfigError(ValueError):
 @dataclass(frozen=True)
 class PolicySpec:
     text: str  # as the user wrote it (names results and tables)
-    name: str  # ours (OURS) or one of SGLang's strategies
+    name: str  # ours (OURS), one of SGLang's strategies, or one of them as a session cache (SESSION_STRATEGIES)
     ingredients: Ingredients | None = None  # pbkv and its ablations
     prefetch: str | None = None  # conservative | aggressive | warmup
 
@@ -36,6 +41,16 @@ class PolicySpec:
     def builtin(self) -> bool:
         """One of SGLang's own strategies that agentcache has no policy of its own for (lfu, slru, ...)."""
         return self.name not in OURS
+
+    @property
+    def sessions(self) -> bool:
+        """SGLang's session cache (--enable-session-radix-cache), each workflow a session."""
+        return self.name in SESSION_STRATEGIES
+
+    @property
+    def strategy(self) -> str:
+        """The --radix-eviction-policy SGLang runs for a built-in (a session cache's too)."""
+        return self.name.removeprefix(SESSION_PREFIX) if self.sessions else self.name
 
     @property
     def online(self) -> bool:
@@ -50,8 +65,8 @@ class PolicySpec:
                 base, prefetch = text[: -len(suffix)], mode
                 break
         name, _, variant = base.partition("/")
-        if name not in OURS and name not in SGLANG_STRATEGIES:
-            known = ", ".join(dict.fromkeys((*OURS, *SGLANG_STRATEGIES)))
+        if name not in OURS and name not in SGLANG_STRATEGIES and name not in SESSION_STRATEGIES:
+            known = ", ".join(dict.fromkeys((*OURS, *SGLANG_STRATEGIES, *SESSION_STRATEGIES)))
             raise PolicyConfigError(f"unknown policy {text!r}; choose from {known} (and pbkv/-ingredient variants)")
         if variant and name != "pbkv":
             raise PolicyConfigError(f"{text!r}: only pbkv has ingredients to switch (pbkv/-timing/+cost)")

@@ -68,6 +68,7 @@ def build_cache(
     host_capacity: int = 0,
     *,
     alone: bool = False,
+    sessions: bool = False,
     cache_class: type[UnifiedRadixCache] = UnifiedRadixCache,
 ) -> UnifiedRadixCache:
     """A UnifiedRadixCache (or `cache_class`, such as the server's) over CPU pools of exactly `capacity` slots
@@ -75,7 +76,8 @@ def build_cache(
 
     `builtin` picks one of SGLang's own strategies; otherwise the caller
     installs an agentcache policy. `alone`: the cache as SGLang builds it with
-    no agentcache (its own FULL component, its default tree core).
+    no agentcache (its own FULL component, its default tree core). `sessions`: SGLang's session cache
+    (``--enable-session-radix-cache``), which ranks eviction by session references, then by the strategy.
     """
     if alone and (builtin is None or host_capacity):
         raise ValueError("a cache without agentcache needs one of SGLang's strategies and no host tier")
@@ -106,6 +108,7 @@ def build_cache(
         component_registry_override=None if alone else {FULL: TaggedFullComponent},
         # agentcache needs the Python core (its strategy and components are Python); alone, SGLang chooses
         tree_core_backend=None if alone else "python",
+        enable_session_radix_cache=sessions,
     )
     # With `builtin`, the tree core builds the strategy from SGLang's own table (and turns on
     # the per-node bookkeeping tlru needs), exactly as --radix-eviction-policy does.

@@ -12,6 +12,12 @@ Per request, as the server does (see SGLang 0.5.23 ``scheduler`` / ``UnifiedRadi
 4. unlock; tag the path for the policy; with a host tier, run the scheduler
    step's HiCache bookkeeping (write-through acks, load acks).
 
+With `sessions` (SGLang's ``--enable-session-radix-cache``, the session-lru/session-lfu
+baselines) a request's session is its workflow: its generation is taken when the
+request is admitted and its path registered when it finishes, as the scheduler
+does (``ensure_session_generation``, ``register_session_ref``); the workflow's end
+closes the session (``release_radix_session``, what ``POST /close_session`` runs).
+
 The cache is SGLang's real ``UnifiedRadixCache`` on its Python tree core, over
 CPU KV pools of exactly `capacity` token slots; the host tier is SGLang's real
 HiCache (write-through, host pool of `host_capacity` slots, its own eviction):
@@ -25,6 +31,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import torch
@@ -47,7 +54,7 @@ from agentcache.engine.fixed_prompt import split_and_tag
 from agentcache.policy import CachePolicy, NodeClass
 from agentcache.replay.cpu_cache import build_cache
 from agentcache.replay.tokens import EncodedRequest
-from agentcache.tags import Tags
+from agentcache.tags import Tags, WorkflowKey
 
 WARMUP_WORKFLOW = "\x00warm-up"  # the pseudo workflow of warm-up requests (never active, never ended)
 
@@ -67,6 +74,7 @@ class Admission(NamedTuple):
     # Leading tokens this request inserted already (SGLang's cache_inserted_len): an insert counts a hit on
     # the nodes past it only, so lfu and slru count each request once per node.
     inserted: int = 0
+    session_generation: int | None = None  # with sessions: the workflow's session incarnation at admission
 
 
 class ServeResult(NamedTuple):
@@ -157,14 +165,23 @@ class SGLangAloneCache:
 class ReplayCache:
     """A capacity-bounded SGLang cache (with an optional host tier) plus the policy that orders its evictions."""
 
-    def __init__(self, capacity: int, policy: CachePolicy, builtin: str | None = None, host_capacity: int = 0):
+    def __init__(
+        self,
+        capacity: int,
+        policy: CachePolicy,
+        builtin: str | None = None,
+        host_capacity: int = 0,
+        *,
+        sessions: bool = False,
+    ):
         if capacity < 2:
             raise ValueError(f"capacity must be >= 2 tokens, got {capacity}")
         if host_capacity < 0:
             raise ValueError(f"host capacity must be >= 0 tokens, got {host_capacity}")
         self.capacity = capacity
         self.policy = policy
-        self.cache = build_cache(capacity, builtin, host_capacity)
+        self.cache = build_cache(capacity, builtin, host_capacity, sessions=sessions)
+        self.sessions = sessions
         self.host_tier = host_capacity > 0
         # With a built-in strategy the policy only keeps tags (for per-class statistics).
         install_policy(self.cache, policy, order_eviction=builtin is None)
@@ -209,7 +226,13 @@ class ReplayCache:
             self.stats.oversized += 1
             return None
         self.stats.count_eviction(slots.evicted_tokens)
-        return Admission(enc, tags, tokens, slots.values, lock, hit, loaded, prefetched, cached)
+        # The scheduler takes the session's generation when the request arrives (warm-ups belong to no session).
+        generation = (
+            cache.ensure_session_generation(tags.workflow)
+            if self.sessions and tags.workflow != WARMUP_WORKFLOW
+            else None
+        )
+        return Admission(enc, tags, tokens, slots.values, lock, hit, loaded, prefetched, cached, 0, generation)
 
     def admissible(self, enc: EncodedRequest, output_tokens: int, reserved: float) -> int | None:
         """The prompt tokens `enc` would compute if admitted now; None if the free and evictable slots, less
@@ -291,10 +314,23 @@ class ReplayCache:
                 cache, end, key, values, tags.fixed, self.policy.tag_path, tags, now, cached, enc.prompt_len,
                 prompt_end=enc.prompt_len,
             )  # fmt: skip
+            if admission.session_generation is not None:
+                self._register_session(tags.workflow, admission.session_generation, end)
         finally:
             cache.unlock(admission.lock)
             if self.host_tier:
                 cache.check_hicache_events()  # the scheduler step: write-through and load acks
+
+    def _register_session(self, workflow: str, generation: int, end: Any) -> None:
+        """What ``cache_finished_req`` does last with sessions on: the session now holds the path to `end`."""
+        request = SimpleNamespace(session_id=workflow, session=None, session_generation=generation)
+        self.cache.session_refs.register_session_ref(request, leaf=end)
+
+    def end_workflow(self, workflow: str, now: float) -> None:
+        """The workflow ended: the policy hears it and, with sessions, its session closes (``/close_session``)."""
+        self.policy.on_end(WorkflowKey("", workflow), now)
+        if self.sessions:
+            self.cache.release_radix_session(workflow)
 
     def serve(self, enc: EncodedRequest, tags: Tags, now: float) -> ServeResult:
         """Admit and finish at once: the request served as it arrives, alone (or refused), and released."""

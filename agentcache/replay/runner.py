@@ -20,7 +20,7 @@ from agentcache.predictor import Predictor
 from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.results import UNLIMITED, ReplayResult
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
-from agentcache.tags import Tags, WorkflowKey
+from agentcache.tags import Tags
 from agentcache.trace import End, Request, Trace
 
 TIMELINE_POINTS = 40
@@ -86,7 +86,7 @@ def build_replay_cache(
     policy = make_policy(
         spec, registry=registry, call_graph=prepared.trace.meta.call_graph, predictor=predictor, next_use=next_use
     )
-    return ReplayCache(capacity, policy, spec.name if spec.builtin else None, host_capacity)
+    return ReplayCache(capacity, policy, spec.strategy if spec.builtin else None, host_capacity, sessions=spec.sessions)
 
 
 def replay_policy(
@@ -127,7 +127,7 @@ def replay_policy(
     reads = prepared.next_reads() if told_reads else None
     for event in prepared.trace.events:
         if isinstance(event, End):
-            policy.on_end(WorkflowKey("", event.workflow), event.ts)
+            cache.end_workflow(event.workflow, event.ts)
             continue
         current = index
         enc = prepared.encoded[index]

@@ -25,7 +25,6 @@ from agentcache.predictor import Predictor
 from agentcache.replay.runner import PreparedTrace, as_spec, build_replay_cache, request_tags
 from agentcache.replay.scheduler import DEFAULT_PREFILL_BUDGET, Served, Worker
 from agentcache.replay.tokens import EncodedRequest
-from agentcache.tags import WorkflowKey
 from agentcache.trace import End, Request
 
 Router = Callable[[Request, EncodedRequest, Sequence[Worker], float], int]
@@ -177,7 +176,7 @@ def serve_trace(
             event = by_workflow[workflow].popleft()
             if isinstance(event, End):
                 for i in served_by.get(workflow, ()):
-                    pool[i].policy.on_end(WorkflowKey("", workflow), at)
+                    pool[i].cache.end_workflow(workflow, at)
                 if on_end is not None:
                     on_end(workflow, at)
                 release(workflow, at)
