@@ -51,6 +51,17 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
     assert "pbkv: " in done.stdout and "x faster on mean latency" in done.stdout
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "could not" in line.lower()]
     assert not errors, errors
+    # Progress, into a pipe: plain lines on stderr at every step and at least every 15 s; stdout holds the
+    # table, the ratio lines and the --json line alone
+    assert "requests done" not in done.stdout and "\x1b" not in done.stdout + done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert progress[0] == "[0s] getting the model ready", progress[:3]
+    assert any(" lru (repetition 1 of 1), run 1 of 2: starting SGLang; 0 requests done" in line for line in progress)
+    assert any(" pbkv (repetition 1 of 1), run 2 of 2: running; " in line for line in progress)
+    n = summary["lru"]["requests"]
+    assert progress[-1].endswith(f"2 of 2: done; {n:.0f} of {n:.0f} requests done ({2 * n:.0f} in all); about 0s left")
+    stamps = [_seconds(line[1 : line.index("]")]) for line in progress]
+    assert max(b - a for a, b in zip(stamps, stamps[1:])) <= 16, progress
     # --record: the run with agentcache, streamed as the demo's apps stream, as a replayable trace
     trace = read_trace(tmp_path / "demo.jsonl")
     assert len(trace.requests) == summary["pbkv"]["requests"] and len(trace.ended_workflows) == 2
@@ -71,3 +82,9 @@ def test_the_demo_records_only_where_requests_are_tagged(tmp_path, capsys):
     assert main(["demo", "--policies", "lru,lfu", "--record", str(tmp_path / "t.jsonl")]) == 2
     assert "--record: lru,lfu runs on plain SGLang only, whose requests are not tagged" in capsys.readouterr().err
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def _seconds(stamp: str) -> int:
+    """`[1m05s]` or `[45s]`, a progress line's time since the start, in seconds."""
+    minutes, _, seconds = stamp.rstrip("s").rpartition("m")
+    return int(minutes or 0) * 60 + int(seconds)
