@@ -79,3 +79,23 @@ def test_cli_replay_keys_the_session_baselines_by_policy(tmp_path, capsys, small
     assert main(args) == 0
     rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sorted((r["policy"], r["capacity"]) for r in rows) == sorted((p, c) for p in policies for c in (3000, 6000))
+
+
+def test_the_timed_replay_closes_each_session_at_its_workflows_end(small_traces, monkeypatch):
+    import agentcache.replay.runner as runner
+    from agentcache.replay.serving import serve_trace
+
+    built: list[ReplayCache] = []
+
+    class Recorded(ReplayCache):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(runner, "ReplayCache", Recorded)
+    prepared = PreparedTrace(small_traces["chat"])
+    served = serve_trace(prepared, "session-lfu", 3000, time_scale=0.05)
+    assert served.summary()["hit_rate"] > 0
+    (cache,) = built
+    assert cache.sessions and cache.cache.protected_size() == 0
+    assert not cache.component._session_leaves  # every workflow of the trace ended: no session holds a path
