@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from agentcache.cli.common import DEFAULT_PREDICTOR, UsageError, check_output, console
 from agentcache.replay.results import UNLIMITED
 
-BEST_BUILTIN = "best-builtin"  # every SGLang strategy, shown as the one that hit most at each capacity
+# Every SGLang strategy (its session caches too), shown as the one that hit most at each capacity.
+BEST_BUILTIN = "best-builtin"
 REPLAY_POLICIES = f"lru,{BEST_BUILTIN},lifecycle,kvflow,cachescout,pbkv,belady,{UNLIMITED}"
 
 
@@ -24,7 +25,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default=REPLAY_POLICIES,
-        help="comma-separated policies: ours and SGLang's built-ins; best-builtin runs every SGLang strategy and"
+        help="comma-separated policies: ours and SGLang's built-ins (session-lru, session-lfu: its session cache,"
+        " each workflow a session closed at its end); best-builtin runs every SGLang strategy and"
         " shows the one that hit most at each capacity; unlimited adds a cache that never evicts, the ceiling (both"
         " with one cache, not with --instances) (default %(default)s; kvflow is skipped on a trace without a call"
         " graph)",
