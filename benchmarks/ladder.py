@@ -86,7 +86,7 @@ def markdown(runs: list[tuple[str, list[ReplayResult]]], command: str) -> str:
         f"Command: `{command}` ({platform.machine()}, Python {platform.python_version()}).",
         *template(
             "ladder/intro.md",
-            builtins=", ".join(BUILTINS),
+            builtins=", ".join(b for b in BUILTINS if any(r.policy == b for _, results in runs for r in results)),
         ),
         "",
     ]
@@ -95,8 +95,10 @@ def markdown(runs: list[tuple[str, list[ReplayResult]]], command: str) -> str:
     for name, results in runs:
         for capacity in sorted({r.capacity for r in results}):
             by = {r.policy: r for r in results if r.capacity == capacity}
-            builtin = max((by[b] for b in BUILTINS), key=lambda r: r.hit_rate)
-            online = [by[p] for p in OURS if p != "belady"] + [by[b] for b in BUILTINS]
+            # the built-ins a run had (a page made before SGLang's session cache joined BUILTINS has fewer)
+            builtins = [by[b] for b in BUILTINS if b in by]
+            builtin = max(builtins, key=lambda r: r.hit_rate)
+            online = [by[p] for p in OURS if p != "belady"] + builtins
             best = max(r.hit_rate for r in online)
             cells = [f"**{cell(by[p])}**" if p != "belady" and by[p].hit_rate == best else cell(by[p]) for p in OURS]
             cells.append(cell(by[UNLIMITED]))

@@ -88,3 +88,12 @@ def _seconds(stamp: str) -> int:
     """`[1m05s]` or `[45s]`, a progress line's time since the start, in seconds."""
     minutes, _, seconds = stamp.rstrip("s").rpartition("m")
     return int(minutes or 0) * 60 + int(seconds)
+
+
+def test_the_demo_refuses_what_cannot_run_live_before_any_server_starts(capsys):
+    from agentcache.cli import main
+
+    assert main(["demo", "--policies", "lru,session-lfu"]) == 2
+    assert "--policies: session-lfu runs in the replay only for now" in capsys.readouterr().err
+    assert main(["demo", "--policies", "lru,belady"]) == 2
+    assert "--policies: belady cannot run live" in capsys.readouterr().err

@@ -46,6 +46,16 @@ def runs_on_plain_sglang(spec: PolicySpec) -> bool:
     return spec.name in SGLANG_STRATEGIES and (spec.builtin or spec.name == "lru")
 
 
+def live_refusal(spec: PolicySpec) -> str | None:
+    """Why `spec` cannot run on a live server (bench, demo), or None where it can."""
+    if not spec.online or spec.prefetch:
+        return f"{spec.text} cannot run live (offline references and prefetch variants are replay-only)"
+    if spec.sessions:
+        # the live runs do not yet send session_id and /close_session to a plain SGLang server (issue 51)
+        return f"{spec.text} runs in the replay only for now (the live bench and the demo do not yet drive SGLang's session cache)"
+    return None
+
+
 def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
     """The best by median hit rate of the SGLang strategies that ran (on plain SGLang), `besides` aside; the first
     listed on a tie; None where none ran."""

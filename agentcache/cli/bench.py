@@ -10,7 +10,7 @@ from rich.console import Console
 
 from agentcache.bench.progress import BenchProgress
 from agentcache.bench.report import comparisons, median_range, plot
-from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace
+from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace, live_refusal
 from agentcache.bench.runs import summarize
 from agentcache.bench.workload import (
     BENCH_FAMILY,
@@ -95,10 +95,9 @@ def run(args: argparse.Namespace) -> int:
     except PolicyConfigError as exc:
         raise UsageError(f"--policy: {exc}") from None
     for spec in policies:
-        if not spec.online or spec.prefetch:
-            raise UsageError(
-                f"--policy: {spec.text} cannot run live (offline references and prefetch variants are replay-only)"
-            )
+        refusal = live_refusal(spec)
+        if refusal is not None:
+            raise UsageError(f"--policy: {refusal}")
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3 (medians need repetitions), got {args.repeat}")
     for name in ("token_scale", "time_scale"):
