@@ -6,10 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-import torch
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
-from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from plugin_on_sglang import plugin_cache, scheduler_request
 
 from agentcache.policy.base import tags_of
 from agentcache.tags import Stamped, Tags
@@ -20,35 +17,13 @@ FIXED = 16
 
 @pytest.fixture
 def cache(monkeypatch):
-    """The server's cache on SGLang's real classes; SGLang's own checkpoint stands in as the insert it does."""
-    from agentcache.replay.cpu_cache import build_cache
-    from agentcache.server_ext.cache import AgentCache
-
-    def sglang_checkpoint(self, req, *, up_to, **kwargs):  # noqa: ANN001, ANN202
-        key = RadixKey(req.full_untruncated_fill_ids[:up_to])
-        values = self.token_to_kv_pool_allocator.alloc(len(key)).to(torch.int64)
-        self.insert(InsertParams(key=key, value=values))
-        req.last_node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-
-    monkeypatch.setattr(UnifiedRadixCache, "checkpoint_into_tree", sglang_checkpoint)
-    return build_cache(4096, cache_class=AgentCache)
+    return plugin_cache(monkeypatch, 4096)
 
 
 def request(cache, rid: str, tokens: list[int]) -> SimpleNamespace:
     """A request as the scheduler makes it, its tags stamped by the HTTP process."""
     stamped = Stamped("", Tags(workflow="w", agent="a", fixed_tokens=FIXED, ts=1.0))
-    req = SimpleNamespace(
-        rid=rid,
-        origin_input_ids=tokens,
-        full_untruncated_fill_ids=tokens,
-        extra_key=None,
-        cache_salt=None,
-        priority=0,
-        cached_tokens=0,
-        last_node=None,
-        sampling_params=SimpleNamespace(custom_params={"agentcache": stamped.to_wire()}),
-        finished=lambda: True,
-    )
+    req = scheduler_request(rid, tokens, stamped)
     cache.observe(req)
     return req
 

@@ -3,13 +3,8 @@ indexes kept as requests are tagged, a page at a time; and the rate limit in fro
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
-import torch
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
-from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from plugin_on_sglang import plugin_cache, scheduler_request
 
 from agentcache.engine.adapter import cached_nodes
 from agentcache.policy.base import TAGS_ATTR
@@ -19,36 +14,12 @@ from agentcache.tags import Stamped, Tags, WorkflowKey
 
 @pytest.fixture
 def cache(monkeypatch):
-    """The server's cache; SGLang's own checkpoint stands in as the insert it does."""
-    from agentcache.replay.cpu_cache import build_cache
-    from agentcache.server_ext.cache import AgentCache
-
-    def sglang_checkpoint(self, req, *, up_to, **kwargs):  # noqa: ANN001, ANN202
-        key = RadixKey(req.full_untruncated_fill_ids[:up_to])
-        match = self.match_prefix(MatchPrefixParams(key=key))
-        fresh = self.token_to_kv_pool_allocator.alloc(len(key) - match.device_prefix_len).to(torch.int64)
-        prefix = self.path_device_indices(match.last_device_node)[: match.device_prefix_len].to(torch.int64)
-        self.insert(InsertParams(key=key, value=torch.cat([prefix, fresh]), prev_prefix_len=match.device_prefix_len))
-        req.last_node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-
-    monkeypatch.setattr(UnifiedRadixCache, "checkpoint_into_tree", sglang_checkpoint)
-    return build_cache(60_000, cache_class=AgentCache)
+    return plugin_cache(monkeypatch, 60_000)
 
 
 def serve(cache, rid: str, tokens: list[int], workflow: str, agent: str = "a", tenant: str = "", fixed: int = 16):
     tags = Tags(workflow=workflow, agent=agent, fixed_tokens=fixed, ts=1.0)
-    req = SimpleNamespace(
-        rid=rid,
-        origin_input_ids=tokens,
-        full_untruncated_fill_ids=tokens,
-        extra_key=None,
-        cache_salt=None,
-        priority=0,
-        cached_tokens=0,
-        last_node=None,
-        sampling_params=SimpleNamespace(custom_params={"agentcache": Stamped(tenant, tags).to_wire()}),
-        finished=lambda: True,
-    )
+    req = scheduler_request(rid, tokens, Stamped(tenant, tags))
     cache.observe(req)
     cache.checkpoint_into_tree(req, up_to=len(tokens))
     cache.on_release(req, checkpointed=True)

@@ -7,10 +7,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-import torch
-from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle, InsertParams, MatchPrefixParams
-from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from plugin_on_sglang import plugin_cache, scheduler_request
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 from test_pbkv_ingredients import OURS
 from test_policies import FixedForecast, Node, eviction_order, touch
 
@@ -101,38 +99,20 @@ PROMPT = 40
 
 @pytest.fixture
 def cache(monkeypatch):
-    """The server's cache with a lease of LEASE seconds; SGLang's own checkpoint stands in as the insert it does."""
-    from agentcache.replay.cpu_cache import build_cache
+    """The server's cache with a lease of LEASE seconds."""
     from agentcache.server_ext.cache import AgentCache
     from agentcache.server_ext.config import PluginConfig
 
-    def sglang_checkpoint(self, req, *, up_to, **kwargs):  # noqa: ANN001, ANN202, ARG001
-        key = RadixKey(req.full_untruncated_fill_ids[:up_to])
-        values = self.token_to_kv_pool_allocator.alloc(len(key)).to(torch.int64)
-        self.insert(InsertParams(key=key, value=values))
-        req.last_node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-
-    monkeypatch.setattr(UnifiedRadixCache, "checkpoint_into_tree", sglang_checkpoint)
     monkeypatch.setattr(AgentCache, "config", PluginConfig(lease_s=LEASE))
-    return build_cache(4096, cache_class=AgentCache)
+    return plugin_cache(monkeypatch, 4096)
 
 
 def request(cache, rid: str, ts: float, workflow: str = "w", implicit: bool = False) -> SimpleNamespace:
     """A request as the scheduler makes it (`finished` set when it is), its tags stamped by the HTTP process."""
     tokens = [hash((rid, i)) % 500 + 10 for i in range(PROMPT)]
     stamped = Stamped("", Tags(workflow=workflow, agent="a", fixed_tokens=16, ts=ts, implicit=implicit))
-    req = SimpleNamespace(
-        rid=rid,
-        origin_input_ids=tokens,
-        full_untruncated_fill_ids=tokens,
-        extra_key=None,
-        cache_salt=None,
-        priority=0,
-        cached_tokens=0,
-        last_node=None,
-        sampling_params=SimpleNamespace(custom_params={"agentcache": stamped.to_wire()}),
-        done=False,
-    )
+    req = scheduler_request(rid, tokens, stamped)
+    req.done = False
     req.finished = lambda: req.done
     cache.observe(req)
     return req
