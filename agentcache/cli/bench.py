@@ -10,7 +10,7 @@ from rich.console import Console
 
 from agentcache.bench.progress import BenchProgress
 from agentcache.bench.report import comparisons, median_range, plot
-from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace, live_refusal
+from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace
 from agentcache.bench.runs import summarize
 from agentcache.bench.workload import (
     BENCH_FAMILY,
@@ -22,8 +22,7 @@ from agentcache.bench.workload import (
     BenchError,
     first_workflows,
 )
-from agentcache.cli.common import UsageError, check_output, check_server_flags, console
-from agentcache.policy import PolicyConfigError, parse_policies
+from agentcache.cli.common import UsageError, check_output, check_server_flags, console, live_policies
 from agentcache.replay.report import print_fitted_table
 from agentcache.server_ext.model import SIZES
 from agentcache.trace import TraceError, read_trace
@@ -90,14 +89,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        policies = parse_policies(args.policy)
-    except PolicyConfigError as exc:
-        raise UsageError(f"--policy: {exc}") from None
-    for spec in policies:
-        refusal = live_refusal(spec)
-        if refusal is not None:
-            raise UsageError(f"--policy: {refusal}")
+    policies = live_policies(args.policy, "--policy")
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3 (medians need repetitions), got {args.repeat}")
     for name in ("token_scale", "time_scale"):

@@ -30,3 +30,20 @@ def check_output(flag: str, path: str | None) -> None:
     problem = None if path is None else output_problem(path)
     if problem is not None:
         raise UsageError(f"{flag} {path}: {problem}")
+
+
+def live_policies(text: str, flag: str) -> list:
+    """The policies `text` names, for a command that runs them on a live server (bench, demo): a usage error
+    names `flag` for a name it does not know and for one that cannot run live."""
+    from agentcache.bench.runner import live_refusal  # the live commands' module, not every command's
+    from agentcache.policy import PolicyConfigError, parse_policies
+
+    try:
+        specs = parse_policies(text)
+    except PolicyConfigError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    for spec in specs:
+        refusal = live_refusal(spec)
+        if refusal is not None:
+            raise UsageError(f"{flag}: {refusal}")
+    return specs

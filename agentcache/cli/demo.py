@@ -10,11 +10,10 @@ from rich.console import Console
 
 from agentcache.bench.progress import BenchProgress
 from agentcache.bench.report import median_range
-from agentcache.bench.runner import live_refusal, runs_on_plain_sglang
+from agentcache.bench.runner import runs_on_plain_sglang
 from agentcache.bench.workload import BenchError
-from agentcache.cli.common import UsageError, check_output, check_server_flags, console
+from agentcache.cli.common import UsageError, check_output, check_server_flags, console, live_policies
 from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
-from agentcache.policy import PolicyConfigError, parse_policies
 from agentcache.replay.report import print_fitted_table
 
 
@@ -50,14 +49,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        specs = parse_policies(args.policies)
-    except PolicyConfigError as exc:
-        raise UsageError(f"--policies: {exc}") from None
-    for spec in specs:
-        refusal = live_refusal(spec)
-        if refusal is not None:
-            raise UsageError(f"--policies: {refusal}")
+    specs = live_policies(args.policies, "--policies")
     policies = tuple(spec.text for spec in specs)
     if args.workflows < 1 or args.concurrency < 1 or args.repeat < 1:
         raise UsageError("--workflows, --concurrency and --repeat must be >= 1")
