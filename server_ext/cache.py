@@ -177,8 +177,6 @@ class AgentCache(UnifiedRadixCache):
             return
         if used:
             self._count("prefetch_used_tokens", used, metric="tokens")
-        if tags.implicit and self.calls.is_last(req.rid):  # the last request of its call
-            self._consult("a workflow's end", self.policy.on_end, tags.key, self.now)
         tenant = tags.tenant
         self._count("prompt_tokens", prompt, metric="tokens", tenant=tenant)
         self._count("hit_tokens", matched, metric="tokens", tenant=tenant)

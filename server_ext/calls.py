@@ -42,11 +42,6 @@ class Calls:
             self._call_of.popitem(last=False)
         return first
 
-    def is_last(self, rid: str) -> bool:
-        """Whether releasing `rid` would end its call (True for a request that is no member of one)."""
-        call = self._call_of.get(rid)
-        return call is None or self._left.get(call, 1) <= 1
-
     def leave(self, rid: str) -> bool:
         """The request `rid` is released; True where that ends its call (or it was no member of one)."""
         call = self._call_of.pop(rid, None)

@@ -67,8 +67,8 @@ def test_a_calls_requests_are_observed_once_and_it_ends_with_its_last():
     calls, group = Calls(), Stamped("", None, None, "c1", 3)
     assert [calls.join(rid, group) for rid in ("w", "s1", "s2")] == [True, False, False]
     assert calls.join("alone", Stamped("")) and calls.leave("alone")
-    assert not calls.is_last("w") and not calls.leave("w")
-    assert not calls.leave("s1") and calls.is_last("s2") and calls.leave("s2") and len(calls) == 0
+    assert not calls.leave("w")
+    assert not calls.leave("s1") and calls.leave("s2") and len(calls) == 0
 
 
 class SlowTokenizer:
