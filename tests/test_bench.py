@@ -32,7 +32,7 @@ def test_a_trace_with_a_broken_line_is_named_with_its_line(tmp_path, good_trace,
         (["--repeat", "2"], "--repeat must be >= 3"),
         (["--policy", "lru,nosuch"], "--policy"),
         (["--policy", "belady"], "cannot run live"),
-        (["--policy", "session-lfu,pbkv"], "runs in the replay only for now"),
+        (["--policy", "session-lfu+prefetch"], "prefetching works with pbkv policies only"),
         (["--time-scale", "0"], "--time-scale must be > 0"),
         (["--workflows", "0"], "--workflows must be >= 1"),
     ],
@@ -79,6 +79,52 @@ def test_bench_servers_run_one_engine_thread_on_cpu():
         opts = serve_options(PolicySpec.parse(policy), BenchOptions(cpu=True), 8000, "run")
         _, env = sglang_command(opts, "/models/m")
         assert env["OMP_NUM_THREADS"] == str(ENGINE_CPU_THREADS) == "1"
+
+
+@pytest.mark.parametrize(
+    ("policy", "flags", "lifecycle"),
+    [
+        ("lru", ["--radix-eviction-policy", "lru"], "none"),
+        ("lfu", ["--radix-eviction-policy", "lfu"], "none"),
+        ("session-lru", ["--radix-eviction-policy", "lru", "--enable-session-radix-cache"], "sessions"),
+        ("session-lfu", ["--radix-eviction-policy", "lfu", "--enable-session-radix-cache"], "sessions"),
+        ("pbkv", ["--radix-cache-backend", "agentcache", "--agentcache-policy", "pbkv"], "plugin"),
+    ],
+)
+def test_sglangs_session_cache_runs_live_on_plain_sglang_with_its_flag(policy, flags, lifecycle):
+    """session-lru / session-lfu are a plain SGLang server with --enable-session-radix-cache over the strategy (no
+    plugin), and the workload speaks sessions to it (session_id, /close_session); the live commands took them."""
+    from agentcache.bench.runner import BenchOptions, lifecycle_of, live_refusal, runs_on_plain_sglang, serve_options
+    from agentcache.policy import PolicySpec
+    from agentcache.server_ext.launcher import NO_PLUGINS, sglang_command
+
+    spec = PolicySpec.parse(policy)
+    cmd, env = sglang_command(serve_options(spec, BenchOptions(cpu=True), 8000, "run"), "/models/m")
+    assert " ".join(flags) in " ".join(cmd)
+    assert ("--enable-session-radix-cache" in cmd) == spec.sessions
+    assert runs_on_plain_sglang(spec) == (env.get("SGLANG_PLUGINS") == NO_PLUGINS) == (policy != "pbkv")
+    assert lifecycle_of(spec).value == lifecycle
+    assert live_refusal(spec) is None
+
+
+def test_every_best_of_sglangs_strategies_includes_its_session_caches():
+    from agentcache.bench.report import comparisons
+    from agentcache.bench.runner import best_sglang_strategy
+    from agentcache.bench.runs import Run
+    from agentcache.bench.workload import Sent
+
+    def run(policy, repetition, cached):
+        return Run(policy, repetition, [Sent(0.1, 0.5, 100, cached)] * 4, 10.0)
+
+    hits = {"lru": 50, "lfu": 55, "session-lfu": 60, "pbkv": 65}
+    runs = [run(p, r, hits[p]) for r in range(3) for p in hits]
+    assert best_sglang_strategy(runs) == "session-lfu"
+    assert best_sglang_strategy(runs, besides=("lru", "session-lfu")) == "lfu"
+    lines = comparisons(runs)
+    assert any(
+        line.startswith("pbkv vs session-lfu: computed 0.88x the prompt tokens (fewer in 3 of 3") for line in lines
+    )
+    assert lines[-1] == "best of SGLang's other strategies by hit rate: session-lfu"
 
 
 def test_a_generated_chat_sends_every_turn_of_its_conversations(monkeypatch):

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from agentcache.bench.runs import Run, run_order
-from agentcache.bench.workload import BenchError, Sent, TokenMaker, Workload, as_served
+from agentcache.bench.workload import BenchError, Lifecycle, Sent, TokenMaker, Workload, as_served
 from agentcache.policy import PolicySpec
 from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.trace import Trace
@@ -42,23 +42,29 @@ class BenchOptions:
 
 
 def runs_on_plain_sglang(spec: PolicySpec) -> bool:
-    """SGLang's own strategies (lru included) run on a server without the plugin, as a user would run them."""
-    return spec.name in SGLANG_STRATEGIES and (spec.builtin or spec.name == "lru")
+    """SGLang's own strategies (lru included), and its session cache over them (session-lru, session-lfu), run on
+    a server without the plugin, as a user would run them."""
+    return spec.strategy in SGLANG_STRATEGIES and (spec.builtin or spec.name == "lru")
+
+
+def lifecycle_of(spec: PolicySpec) -> Lifecycle:
+    """How a run of `spec` tells its server about workflows: the plugin's end route, SGLang's sessions (each
+    workflow a session, its end a /close_session), or not at all (plain SGLang has no notion of them)."""
+    if spec.sessions:
+        return Lifecycle.SESSIONS
+    return Lifecycle.NONE if runs_on_plain_sglang(spec) else Lifecycle.PLUGIN
 
 
 def live_refusal(spec: PolicySpec) -> str | None:
     """Why `spec` cannot run on a live server (bench, demo), or None where it can."""
     if not spec.online or spec.prefetch:
         return f"{spec.text} cannot run live (offline references and prefetch variants are replay-only)"
-    if spec.sessions:
-        # the live runs do not yet send session_id and /close_session to a plain SGLang server (issue 51)
-        return f"{spec.text} runs in the replay only for now (the live bench and the demo do not yet drive SGLang's session cache)"
     return None
 
 
 def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
-    """The best by median hit rate of the SGLang strategies that ran (on plain SGLang), `besides` aside; the first
-    listed on a tie; None where none ran."""
+    """The best by median hit rate of the SGLang strategies that ran on plain SGLang (its session caches
+    included), `besides` aside; the first listed on a tie; None where none ran."""
     policies = dict.fromkeys(r.policy for r in runs)
     others = [p for p in policies if p not in besides and runs_on_plain_sglang(PolicySpec.parse(p))]
     if not others:
@@ -70,6 +76,11 @@ def serve_options(spec: PolicySpec, opts: BenchOptions, capacity: int, run_name:
     from agentcache.server_ext.launcher import ServeOptions
 
     plain = runs_on_plain_sglang(spec)
+    # SGLang's own strategy, and its session cache over it (which falls back to SGLang's Python tree core by
+    # itself: the Rust one refuses sessions), as a user of plain SGLang turns them on.
+    flags = ["--radix-eviction-policy", spec.strategy] if plain else []
+    if spec.sessions:
+        flags.append("--enable-session-radix-cache")
     return ServeOptions(
         model_path=opts.model_path,
         model_size=opts.model_size,
@@ -78,7 +89,7 @@ def serve_options(spec: PolicySpec, opts: BenchOptions, capacity: int, run_name:
         cpu=opts.cpu,
         port=opts.port,
         max_total_tokens=capacity,
-        extra_args=[*(["--radix-eviction-policy", spec.name] if plain else []), *opts.extra_args],
+        extra_args=[*flags, *opts.extra_args],
         log_path=f"{opts.log_dir}/{run_name}.log" if opts.log_dir else None,
         cpu_threads=ENGINE_CPU_THREADS,
     )
@@ -220,8 +231,7 @@ def bench_trace(
     workload = Workload(trace, TokenMaker(vocab, token_scale), time_scale, max_new_tokens)
 
     def run_workload(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
-        send_ends = not runs_on_plain_sglang(spec)
-        return asyncio.run(workload.drive(base_url, headers, send_ends=send_ends, on_answer=answered))
+        return asyncio.run(workload.drive(base_url, headers, lifecycle=lifecycle_of(spec), on_answer=answered))
 
     runs = measure(opts, run_workload, capacity=capacity, vocab_size=vocab, warmup_tokens=int(mean_prompt), stage=stage)
     return runs, capacity

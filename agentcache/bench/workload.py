@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 import httpx
@@ -87,6 +88,14 @@ def first_workflows(trace: Trace, workflows: int | None) -> Trace:
     return Trace(trace.meta, [e for e in trace.events if e.workflow in keep])
 
 
+class Lifecycle(Enum):
+    """How a run tells its server where workflows end (every request carries its tags either way)."""
+
+    PLUGIN = "plugin"  # agentcache's server: an End event goes to its end route
+    SESSIONS = "sessions"  # SGLang's session cache: each workflow a session (top-level session_id), closed at its End
+    NONE = "none"  # plain SGLang: it has no notion of workflows
+
+
 @dataclass
 class Sent:
     ttft_s: float
@@ -109,9 +118,16 @@ class Workload:
         return len(self.trace.requests)
 
     async def drive(
-        self, base_url: str, headers: dict[str, str], *, send_ends: bool, on_answer: Callable[[], None] | None = None
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        *,
+        lifecycle: Lifecycle,
+        on_answer: Callable[[], None] | None = None,
     ) -> tuple[list[Sent], float]:
-        """Send the whole workload; every answer, and the completion time (first request to last answer)."""
+        """Send the whole workload; every answer, and the completion time (first request to last answer).
+
+        With sessions, a workflow that never ends keeps its session open, as on a real server."""
         by_workflow: dict[str, list[Any]] = {}
         for e in self.trace.events:
             by_workflow.setdefault(e.workflow, []).append(e)
@@ -126,9 +142,7 @@ class Workload:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if isinstance(e, End):
-                    if send_ends:
-                        r = await client.post(f"{base_url}/agentcache/v1/workflows/{e.workflow}/end")
-                        r.raise_for_status()
+                    await end(client, base_url, e.workflow, lifecycle)
                     continue
                 ids, fixed = self.tokens.prompt(e)
                 tags = {"v": 1, "workflow": e.workflow, "agent": e.agent, "agent_name": e.agent, "fixed_tokens": fixed}
@@ -137,7 +151,10 @@ class Workload:
                     "temperature": 0,
                     "custom_params": {"agentcache": tags},
                 }
-                sent.append(await generate(client, base_url, {"input_ids": ids, "sampling_params": params}))
+                body: dict[str, Any] = {"input_ids": ids, "sampling_params": params}
+                if lifecycle is Lifecycle.SESSIONS:  # SGLang's radix-native session: the top-level id alone
+                    body["session_id"] = e.workflow
+                sent.append(await generate(client, base_url, body))
                 last_answer = max(last_answer, time.monotonic())
                 if on_answer is not None:
                     on_answer()
@@ -145,6 +162,18 @@ class Workload:
         async with httpx.AsyncClient(timeout=900, headers=headers) as client:
             await asyncio.gather(*(run(client, events) for events in by_workflow.values()))
         return sent, last_answer - start
+
+
+async def end(client: httpx.AsyncClient, base_url: str, workflow: str, lifecycle: Lifecycle) -> None:
+    """A workflow's End event, as its server hears it: the plugin's end route, or the close of its session."""
+    if lifecycle is Lifecycle.PLUGIN:
+        r = await client.post(f"{base_url}/agentcache/v1/workflows/{workflow}/end")
+    elif lifecycle is Lifecycle.SESSIONS:
+        r = await client.post(f"{base_url}/close_session", json={"session_id": workflow})
+    else:
+        return
+    if r.is_error:
+        raise BenchError(f"{r.request.url} answered {r.status_code}: {r.text.strip()[:300]}")
 
 
 async def generate(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> Sent:
