@@ -251,3 +251,40 @@ def test_a_fixed_forecaster_serves_every_tenant_by_the_names_it_knows():
     rows = forecaster.predict([planner])
     assert scoped_agent("alice", "coder") in rows[0] and "coder" not in rows[0]
     assert rows[-1][END] == 1.0
+
+
+def test_cachescouts_learner_is_each_tenants_own_and_bounded():
+    from agentcache.policy.cachescout import MAX_AGENTS, CacheScoutPolicy
+    from agentcache.policy.workflows import WorkflowRegistry
+
+    policy = CacheScoutPolicy(WorkflowRegistry())
+    bob = [scoped_agent("bob", a) for a in ("planner", "coder")]
+    for i in range(5):  # bob's workflows: planner then coder, always
+        key = WorkflowKey("bob", f"b{i}")
+        policy.registry.observe(key, bob[0], float(i))
+        state, _ = policy.registry.observe(key, bob[1], i + 0.5)
+        policy.on_transition(state, bob[0])
+    before = (policy.predictability("bob"), policy._survival_from(bob[0]))
+    assert before[0] == 1.0 and before[1] == {bob[1]: 0.75}
+    for i in range(10_000):  # alice names a new agent at every call, each going anywhere
+        key = WorkflowKey("alice", f"a{i % 50}")
+        previous = scoped_agent("alice", f"n{i - 1}")
+        state, _ = policy.registry.observe(key, scoped_agent("alice", f"n{i}"), 10.0 + i)
+        policy.on_transition(state, previous)
+    assert (policy.predictability("bob"), policy._survival_from(bob[0])) == before
+    alice = policy.learners["alice"]
+    assert len(alice.seen) <= MAX_AGENTS and len(alice.counts) <= MAX_AGENTS
+
+
+def test_kvflow_reads_each_tenants_agents_by_their_names_and_positions():
+    from agentcache.policy.kvflow import AgentStepGraph, KVFlowPolicy
+    from agentcache.policy.workflows import WorkflowRegistry
+
+    policy = KVFlowPolicy(AgentStepGraph({"planner": ["coder"], "coder": ["tester"], "tester": []}), WorkflowRegistry())
+    state, _ = policy.registry.observe(WorkflowKey("alice", "w"), scoped_agent("alice", "planner"), 0.0)
+    policy.on_transition(state, None)
+    assert policy.agent_steps(scoped_agent("alice", "coder")) == 1
+    assert policy.agent_steps(scoped_agent("alice", "tester")) == 2
+    assert policy.coverage.known == 1
+    # bob's coder is another agent: alice's workflow at planner says nothing about when it runs
+    assert policy.agent_steps(scoped_agent("bob", "coder")) == float("inf")

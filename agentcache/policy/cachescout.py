@@ -15,14 +15,66 @@ workflow's requests, learned online) and cost(c) the node's tokens relative to
 the mean node. At R = 0 the value orders nodes by recency alone, i.e. LRU; the
 more predictable the workflows, the more survival and rebuild cost count.
 Smallest value is evicted first.
+
+On a server with tenant keys each key holder (principal) has a learner of its own (its transitions, its R,
+its mean gap), holding at most MAX_AGENTS agents: no tenant's traffic moves another's ranking or grows the
+policy's memory without bound.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 
 from agentcache.policy.base import CacheNode, CachePolicy, node_tokens, tags_of
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
+from agentcache.tags import principal_of, split_agent
+
+# Agents one principal's learner keeps, the most recently seen; past it the least recent go, down to three
+# quarters (once per quarter of new agents), so a client naming a new agent at every call stays bounded.
+MAX_AGENTS = 64
+
+
+class TransitionLearner:
+    """One principal's transition counts, predictability and mean gap between a workflow's requests."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, int]] = {}
+        self.seen: dict[str, None] = {}  # agents, least recently seen first
+        self.mean_gap = 0.0
+        self.predictability = 0.0
+
+    def observe(self, previous: str, agent: str) -> None:
+        row = self.counts.setdefault(previous, {})
+        row[agent] = row.get(agent, 0) + 1
+        for a in (previous, agent):
+            self.seen.pop(a, None)
+            self.seen[a] = None
+        if len(self.seen) > MAX_AGENTS:
+            self._forget(len(self.seen) - MAX_AGENTS * 3 // 4)
+
+    def _forget(self, n: int) -> None:
+        gone = set(list(self.seen)[:n])
+        for agent in gone:
+            del self.seen[agent]
+            self.counts.pop(agent, None)
+        for previous in list(self.counts):
+            row = self.counts[previous]
+            for agent in gone & row.keys():
+                del row[agent]
+            if not row:
+                del self.counts[previous]
+
+    def observe_gap(self, gap: float) -> None:
+        self.mean_gap = gap if self.mean_gap == 0.0 else 0.9 * self.mean_gap + 0.1 * gap
+
+    def measure_predictability(self) -> float:
+        visits = best = 0.0
+        for row in self.counts.values():
+            total = sum(row.values())
+            visits += total
+            best += max(row.values())
+        self.predictability = best / visits if visits else 0.0
+        return self.predictability
 
 
 class CacheScoutPolicy(CachePolicy):
@@ -32,15 +84,18 @@ class CacheScoutPolicy(CachePolicy):
         super().__init__(registry)
         self.tau = tau
         self.max_hops = max_hops
-        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self.mean_gap = 0.0  # EWMA of the gap between consecutive requests of one workflow
+        self.learners: dict[str, TransitionLearner] = {}  # per principal ("" the operator's); the keys file bounds them
         self.mean_tokens = 0.0  # EWMA of tagged node sizes
         self._now = 0.0
-        self._last_seen: dict[str, float] = {}
         self._version = -1
         self._survival_cache: dict[str, dict[str, float]] = {}
         self._any_caller: dict[str, float] = {}
-        self._predictability = 0.0
+
+    def learner(self, principal: str) -> TransitionLearner:
+        learner = self.learners.get(principal)
+        if learner is None:
+            learner = self.learners[principal] = TransitionLearner()
+        return learner
 
     # -- learning
 
@@ -50,12 +105,12 @@ class CacheScoutPolicy(CachePolicy):
         gap = now - previous_seen.last_seen if previous_seen is not None else None
         state = super().on_request(tags, now)
         if gap is not None:
-            self.mean_gap = gap if self.mean_gap == 0.0 else 0.9 * self.mean_gap + 0.1 * gap
+            self.learner(principal_of(tags.key.tenant)).observe_gap(gap)
         return state
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
-        if previous is not None:
-            self.counts[previous][state.agent] += 1
+        if previous is not None and state.agent is not None:
+            self.learner(split_agent(state.agent)[0]).observe(previous, state.agent)
 
     def tag_path(self, path, tags, now, matched_tokens, prompt_tokens=None):  # noqa: ANN001
         super().tag_path(path, tags, now, matched_tokens, prompt_tokens)
@@ -65,16 +120,12 @@ class CacheScoutPolicy(CachePolicy):
 
     # -- model
 
-    def predictability(self) -> float:
-        visits = best = 0.0
-        for row in self.counts.values():
-            total = sum(row.values())
-            visits += total
-            best += max(row.values())
-        return best / visits if visits else 0.0
+    def predictability(self, principal: str = "") -> float:
+        return self.learner(principal).measure_predictability()
 
     def _survival_from(self, current: str) -> dict[str, float]:
         """p(a) for every agent reachable from `current` within max_hops in the pruned graph."""
+        counts = self.learner(split_agent(current)[0]).counts
         hops: dict[str, int] = {}
         frontier = deque([(current, 0)])
         seen_start = False
@@ -82,7 +133,7 @@ class CacheScoutPolicy(CachePolicy):
             agent, dist = frontier.popleft()
             if dist >= self.max_hops:
                 continue
-            row = self.counts.get(agent)
+            row = counts.get(agent)
             if not row:
                 continue
             total = sum(row.values())
@@ -101,7 +152,8 @@ class CacheScoutPolicy(CachePolicy):
         if self._version != self.registry.version:
             self._version = self.registry.version
             self._survival_cache = {}
-            self._predictability = self.predictability()
+            for learner in self.learners.values():
+                learner.measure_predictability()
             # An agent's fixed prompt survives as well as the most likely caller makes it.
             self._any_caller: dict[str, float] = {}
             for current in {state.agent for state in self.registry.active()}:
@@ -125,15 +177,22 @@ class CacheScoutPolicy(CachePolicy):
         if t is None:
             return (0.0, node.last_access_time)
         self._refresh()
-        s = 0.0
+        # (principal, survival) of every agent that may read c; c is kept as well as the best of them keeps it.
+        readers: list[tuple[str, float]] = []
         if t.fixed_agents:
-            s = max(self._any_caller.get(agent, 0.0) for agent in t.fixed_agents)
+            readers = [(split_agent(a)[0], self._any_caller.get(a, 0.0)) for a in t.fixed_agents]
         else:
             for state, agents in self.active_workflows_of(t):
-                for agent in agents:
-                    s = max(s, self.survival(state, agent))
+                principal = principal_of(state.id.tenant)
+                readers += [(principal, self.survival(state, agent)) for agent in agents]
+        if not readers:
+            readers = [(principal_of(next(reversed(t.workflows)).tenant) if t.workflows else "", 0.0)]
         idle = max(0.0, self._now - t.last_access)
-        recency = 1.0 / (1.0 + idle / self.mean_gap) if self.mean_gap > 0 else 1.0
         cost = node_tokens(node) / self.mean_tokens if self.mean_tokens > 0 else 1.0
-        r = self._predictability
-        return (recency * (1.0 - r + r * s * cost), node.last_access_time)
+        value = 0.0
+        for principal, s in readers:
+            learner = self.learner(principal)
+            recency = 1.0 / (1.0 + idle / learner.mean_gap) if learner.mean_gap > 0 else 1.0
+            r = learner.predictability
+            value = max(value, recency * (1.0 - r + r * s * cost))
+        return (value, node.last_access_time)

@@ -12,6 +12,9 @@ min-propagation and conservative multi-workflow rule); dynamic suffixes get the
 worst priority. Eviction takes the largest E first, LRU within ties.
 Weakness, by design: it trusts the static graph, so runtime loops and
 branches it cannot see break it.
+
+On a server with tenant keys an agent's identity is scoped by its key's holder; the one graph serves every
+tenant by the agents' unscoped names, and a workflow's position counts only for its own tenant's agents.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from functools import lru_cache
 from agentcache.policy.base import CacheNode, CachePolicy, tags_of
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
+from agentcache.tags import split_agent
 
 UNREACHABLE = math.inf
 
@@ -84,17 +88,22 @@ class KVFlowPolicy(CachePolicy):
         self._cache_version = -1
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
-        self.coverage.count(self.graph, state.agent)  # E of every agent is read from where the workflow is now
+        # E of every agent is read from where the workflow is now, by its unscoped name
+        self.coverage.count(self.graph, split_agent(state.agent)[1] if state.agent is not None else None)
 
     def coverages(self) -> list[AgentCoverage]:
         return [self.coverage]
 
     def agent_steps(self, agent: str) -> float:
-        """min over active workflows of E(agent)."""
+        """min over its tenant's active workflows of E(agent)."""
+        principal, name = split_agent(agent)
         best = UNREACHABLE
         for state in self.registry.active():
-            if state.agent is not None and state.agent in self.graph.predecessors:
-                best = min(best, self.graph.steps_from(state.agent).get(agent, UNREACHABLE))
+            if state.agent is None:
+                continue
+            at_principal, at = split_agent(state.agent)
+            if at_principal == principal and at in self.graph.predecessors:
+                best = min(best, self.graph.steps_from(at).get(name, UNREACHABLE))
         return best
 
     def priority(self, node: CacheNode) -> tuple:
