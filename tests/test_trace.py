@@ -8,9 +8,12 @@ from agentcache.trace import (
     Meta,
     Request,
     Segment,
+    ToolEnd,
+    ToolStart,
     Trace,
     TraceError,
     TraceWriter,
+    UnknownEventsWarning,
     iter_trace,
     read_trace,
     write_trace,
@@ -76,7 +79,8 @@ def test_unknown_fields_are_ignored():
         ({"output": 0}, "output", ">= 1"),
         ({"output_id": 7}, "output_id", "non-empty string"),
         ({"prompt_hidden": [1, "x"]}, "prompt_hidden", "finite numbers"),
-        ({"type": "reqest"}, "type", "'meta', 'request' or 'end'"),
+        ({"type": 5}, "type", "an event type"),
+        ({"type": ""}, "type", "an event type"),
     ],
 )
 def test_malformed_request_names_line_and_field(change, field, fragment):
@@ -139,3 +143,74 @@ def test_real_traces_are_valid(tmp_path):
     assert files, "the real traces are bundled under benchmarks/traces"
     for f in files:
         assert read_trace(f).requests
+
+
+# ---------------------------------------------------------------- event types: unknown ones, tool calls
+
+TOOL_START = {"type": "tool_start", "ts": 1.5, "workflow": "wf-1", "agent": "coder", "tool": "run_tests"}
+TOOL_END = {**TOOL_START, "type": "tool_end", "ts": 9.0}
+
+
+def test_unknown_event_types_are_left_out_and_counted_never_refused(tmp_path):
+    newer = [
+        {"type": "meta", "version": 1},
+        GOOD_REQUEST,
+        {"type": "next", "ts": 2, "workflow": "wf-1", "agents": ["tester"]},
+        {"type": "hologram", "anything": [1, {"x": 2}]},
+        {"type": "next", "ts": 3, "workflow": "wf-1", "agents": ["coder"]},
+        {"type": "end", "ts": 4, "workflow": "wf-1"},
+    ]
+    with pytest.warns(UnknownEventsWarning) as caught:
+        items = parse(*newer)
+    assert [type(i) for i in items] == [Meta, Request, End]
+    (warning,) = caught
+    assert str(warning.message) == (
+        "t.jsonl: 3 events of types this reader does not know left out: 'hologram' x1 (first on line 4),"
+        " 'next' x2 (first on line 3)"
+    )
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in newer))
+    with pytest.warns(UnknownEventsWarning, match="3 events"):
+        trace = read_trace(path)
+    assert trace.skipped == {"next": 2, "hologram": 1} and len(trace.events) == 2
+
+
+def test_a_line_of_unknown_type_must_still_be_a_json_object_with_a_type():
+    assert "not valid JSON" in str(error_of(GOOD_REQUEST, "{oops"))
+    err = error_of(GOOD_REQUEST, {"ts": 2, "workflow": "wf-1"})
+    assert err.line == 2 and err.field == "type" and "an event type" in str(err)
+
+
+def test_tool_events_are_read_validated_and_written(tmp_path):
+    items = parse(GOOD_REQUEST, TOOL_START, TOOL_END, {"type": "end", "ts": 9.5, "workflow": "wf-1"})
+    assert items[1:3] == [ToolStart(1.5, "wf-1", "coder", "run_tests"), ToolEnd(9.0, "wf-1", "coder", "run_tests")]
+    trace = Trace(Meta(name="tools"), items)
+    path = tmp_path / "t.jsonl"
+    write_trace(path, trace)
+    assert read_trace(path).events == items
+    assert [json.loads(line) for line in path.read_text().splitlines()[2:4]] == [TOOL_START, TOOL_END]
+
+
+@pytest.mark.parametrize(
+    "change, field, fragment",
+    [
+        ({"tool": ""}, "tool", "non-empty string"),
+        ({"tool": None}, "tool", "non-empty string"),
+        ({"tool": "x" * 257}, "tool", "at most 256"),
+        ({"agent": 7}, "agent", "non-empty string"),
+        ({"workflow": "a\nb"}, "workflow", "non-printable"),
+        ({"ts": "later"}, "ts", "finite number"),
+        ({"ts": 0.5}, "ts", "must not decrease"),
+    ],
+)
+def test_malformed_tool_events_name_line_and_field(change, field, fragment):
+    for event in (TOOL_START, TOOL_END):
+        err = error_of({"type": "meta", "version": 1}, GOOD_REQUEST, {**event, **change})
+        assert err.line == 3 and err.field == field and fragment in str(err), str(err)
+        assert str(err).startswith("t.jsonl:3: field")
+
+
+def test_a_tool_event_after_its_workflows_end_is_refused():
+    end = {"type": "end", "ts": 1.0, "workflow": "wf-1"}
+    err = error_of(GOOD_REQUEST, end, TOOL_START)
+    assert err.line == 3 and "tool_start for workflow 'wf-1' after its end event on line 2" in str(err)

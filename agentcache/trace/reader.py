@@ -1,12 +1,11 @@
-"""Workflow trace format, version 1 (docs/design/trace-format.md): reading, validating, writing.
+"""Reading and validating a workflow trace (format v1, docs/design/trace-format.md), line by line.
 
-A trace is JSON Lines: an optional ``meta`` line, then ``request`` and ``end``
-events in the order they were sent. Every malformed line raises
-:class:`TraceError` naming the file, the line and the field; nothing is
-skipped silently. One exception: a last line cut short (no newline at its
-end, not JSON: a recorder killed mid-write) is left out with a
-:class:`TornTraceWarning` naming the file and the line. Unknown fields are
-ignored so newer writers stay readable.
+Every malformed line of a known type raises :class:`TraceError` naming the file, the line and the field;
+nothing is skipped silently. Two things are left out, and said: the lines of event types this reader does not
+know (newer writers add types within version 1), counted per type in an :class:`UnknownEventsWarning` and in
+``Trace.skipped``; and a last line cut short (no newline at its end, not JSON: a recorder killed mid-write), in
+a :class:`TornTraceWarning` naming the file and the line. Unknown fields are ignored so newer writers stay
+readable.
 """
 
 from __future__ import annotations
@@ -15,13 +14,23 @@ import json
 import math
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any
 
-from agentcache.atomic import atomic_write
-
-FORMAT_VERSION = 1
+from agentcache.trace.model import (
+    FORMAT_VERSION,
+    End,
+    Event,
+    EventFieldError,
+    Meta,
+    Request,
+    Segment,
+    ToolEnd,
+    ToolEvent,
+    ToolStart,
+    Trace,
+    tool_fields,
+)
 
 
 class TraceError(ValueError):
@@ -38,97 +47,14 @@ class TornTraceWarning(UserWarning):
     """A trace's last line was cut short (its writer stopped mid-line) and is left out."""
 
 
-class Segment(NamedTuple):
-    content_id: str
-    tokens: int
+class UnknownEventsWarning(UserWarning):
+    """A trace holds events of types this reader does not know (a newer writer's): they were left out, counted."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    ts: float
-    workflow: str
-    agent: str
-    segments: tuple[Segment, ...]
-    fixed: int
-    output: int
-    output_id: str | None = None
-    app: str | None = None
-    prompt_hidden: tuple[float, ...] | None = None
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(s.tokens for s in self.segments)
-
-    @property
-    def fixed_tokens(self) -> int:
-        return sum(s.tokens for s in self.segments[: self.fixed])
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "type": "request",
-            "ts": self.ts,
-            "workflow": self.workflow,
-            "agent": self.agent,
-            "segments": [[s.content_id, s.tokens] for s in self.segments],
-            "fixed": self.fixed,
-            "output": self.output,
-        }
-        if self.output_id is not None:
-            out["output_id"] = self.output_id
-        if self.app is not None:
-            out["app"] = self.app
-        if self.prompt_hidden is not None:
-            out["prompt_hidden"] = list(self.prompt_hidden)
-        return out
+TOOL_EVENTS: dict[str, type[ToolEvent]] = {ToolStart.TYPE: ToolStart, ToolEnd.TYPE: ToolEnd}
 
 
-@dataclass(frozen=True, slots=True)
-class End:
-    ts: float
-    workflow: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "end", "ts": self.ts, "workflow": self.workflow}
-
-
-Event = Request | End
-
-
-@dataclass(slots=True)
-class Meta:
-    name: str = ""
-    description: str = ""
-    call_graph: dict[str, list[str]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "meta", "version": FORMAT_VERSION, **self.extra}
-        out["name"] = self.name
-        if self.description:
-            out["description"] = self.description
-        if self.call_graph is not None:
-            out["call_graph"] = self.call_graph
-        return out
-
-
-@dataclass(slots=True)
-class Trace:
-    meta: Meta
-    events: list[Event]
-
-    @property
-    def requests(self) -> list[Request]:
-        return [e for e in self.events if isinstance(e, Request)]
-
-    @property
-    def ended_workflows(self) -> set[str]:
-        return {e.workflow for e in self.events if isinstance(e, End)}
-
-
-# ---------------------------------------------------------------- reading
-
-
-class _LineParser:
+class LineParser:
     """Validates one trace, line by line, keeping the cross-line state the format needs."""
 
     def __init__(self, source: str):
@@ -137,6 +63,7 @@ class _LineParser:
         self.segment_lengths: dict[str, tuple[int, int]] = {}  # content id -> (tokens, first line)
         self.ended: dict[str, int] = {}  # workflow -> line of its end event
         self.seen_event = False
+        self.skipped: dict[str, tuple[int, int]] = {}  # unknown event type -> (lines, first line)
 
     def error(self, line: int, field_name: str | None, message: str) -> TraceError:
         return TraceError(self.source, line, field_name, message)
@@ -161,7 +88,27 @@ class _LineParser:
             return self._request(line_no, obj)
         if kind == "end":
             return self._end(line_no, obj)
-        raise self.error(line_no, "type", f"expected 'meta', 'request' or 'end', got {kind!r}")
+        if kind in TOOL_EVENTS:
+            return self._tool(line_no, obj, TOOL_EVENTS[kind])
+        if not isinstance(kind, str) or not kind:
+            raise self.error(line_no, "type", f"expected an event type (a non-empty string), got {kind!r}")
+        count, first = self.skipped.get(kind, (0, line_no))
+        self.skipped[kind] = (count + 1, first)
+        return None
+
+    def skipped_counts(self) -> dict[str, int]:
+        return {kind: count for kind, (count, _) in self.skipped.items()}
+
+    def skipped_message(self) -> str:
+        """What was left out, for a warning: how many lines of which types, and where each type first was."""
+        total = sum(count for count, _ in self.skipped.values())
+        types = ", ".join(
+            f"{kind!r} x{count} (first on line {first})" for kind, (count, first) in sorted(self.skipped.items())
+        )
+        return (
+            f"{self.source}: {total} event{'s' if total != 1 else ''} of types this reader does not know left out:"
+            f" {types}"
+        )
 
     # -- field helpers
 
@@ -265,6 +212,20 @@ class _LineParser:
             hidden = tuple(float(x) for x in hidden)
         return Request(ts, workflow, agent, tuple(segments), fixed, output, output_id, app, hidden)
 
+    def _tool(self, line: int, obj: dict, kind: type[ToolEvent]) -> ToolEvent:
+        ts = self._ts(line, obj)
+        try:
+            workflow, agent, tool = tool_fields(obj)
+        except EventFieldError as exc:
+            raise self.error(line, exc.field, str(exc)) from None
+        if workflow in self.ended:
+            raise self.error(
+                line,
+                "workflow",
+                f"{kind.TYPE} for workflow {workflow!r} after its end event on line {self.ended[workflow]}",
+            )
+        return kind(ts, workflow, agent, tool)
+
     def _end(self, line: int, obj: dict) -> End:
         ts = self._ts(line, obj)
         workflow = self._str(line, obj, "workflow")
@@ -274,29 +235,37 @@ class _LineParser:
         return End(ts, workflow)
 
 
-def iter_trace(lines: Iterable[str], source: str = "<trace>", *, torn_tail: bool = False) -> Iterator[Meta | Event]:
+def iter_trace(
+    lines: Iterable[str], source: str = "<trace>", *, torn_tail: bool = False, skipped: dict[str, int] | None = None
+) -> Iterator[Meta | Event]:
     """Parse trace lines lazily; raises TraceError at the first malformed line. With `torn_tail` (lines read from
-    a file, each with its newline) a last line cut short is left out with a TornTraceWarning instead."""
-    parser = _LineParser(source)
+    a file, each with its newline) a last line cut short is left out with a TornTraceWarning instead. Lines of
+    event types this reader does not know are left out and counted: once the lines are read, in an
+    UnknownEventsWarning and in `skipped` (type -> lines), where given."""
+    parser = LineParser(source)
     numbered = enumerate(lines, start=1)
     current = next(numbered, None)
     while current is not None:
         line_no, text = current
         current = next(numbered, None)
-        if torn_tail and current is None and _torn(text):
+        if torn_tail and current is None and torn(text):
             warnings.warn(
                 f"{source}:{line_no}: the last line is cut short (no newline, not JSON), as a writer stopped"
                 " mid-line leaves it; it is left out",
                 TornTraceWarning,
                 stacklevel=2,
             )
-            return
+            break
         item = parser.parse(line_no, text)
         if item is not None:
             yield item
+    if parser.skipped:
+        if skipped is not None:
+            skipped.update(parser.skipped_counts())
+        warnings.warn(parser.skipped_message(), UnknownEventsWarning, stacklevel=2)
 
 
-def _torn(text: str) -> bool:
+def torn(text: str) -> bool:
     """Whether a last line was cut short: no newline at its end (every writer ends a line with one) and not JSON."""
     if text.endswith("\n") or not text.strip():
         return False
@@ -308,92 +277,16 @@ def _torn(text: str) -> bool:
 
 
 def read_trace(path: str | Path) -> Trace:
-    """Read and validate a whole trace file (a torn last line left out, with a TornTraceWarning)."""
+    """Read and validate a whole trace file (a torn last line left out, with a TornTraceWarning; events of types
+    this reader does not know left out, counted in `Trace.skipped` and an UnknownEventsWarning)."""
     path = Path(path)
     meta = Meta()
     events: list[Event] = []
+    skipped: dict[str, int] = {}
     with path.open(encoding="utf-8") as fh:
-        for item in iter_trace(fh, str(path), torn_tail=True):
+        for item in iter_trace(fh, str(path), torn_tail=True, skipped=skipped):
             if isinstance(item, Meta):
                 meta = item
             else:
                 events.append(item)
-    return Trace(meta, events)
-
-
-# ---------------------------------------------------------------- writing
-
-
-class TraceWriter:
-    """Streams a trace to a file (or any text stream), one event per line, flushed as written.
-
-    Events are validated exactly as the reader would, so a writer can never
-    produce a trace its own reader rejects. A recording is never truncated
-    unasked: a file that is not empty is refused (FileExistsError) unless
-    `append`, which adds events after its own, validated as one trace with them
-    (`meta` only goes into a new file; a torn last line is refused: appending
-    would bury it mid-file).
-    """
-
-    def __init__(self, target: str | Path | IO[str], meta: Meta | None = None, *, append: bool = False):
-        self._own = not hasattr(target, "write")
-        self._source = str(target) if self._own else getattr(target, "name", "<stream>")
-        self._parser = _LineParser(self._source)
-        self._line = 0
-        self._fh: IO[str] = self._open(Path(target), append) if self._own else target  # type: ignore[arg-type]
-        if meta is not None and not self._parser.seen_event:
-            self._emit(meta.to_json())
-
-    def _open(self, path: Path, append: bool) -> IO[str]:
-        fh = open(path, "a+", encoding="utf-8")  # never truncates; creates a new file
-        try:
-            fh.seek(0)
-            if fh.read(1) and not append:
-                raise FileExistsError(
-                    f"{path}: a trace is there already; a trace writer never overwrites one (append=True adds to"
-                    " it; remove the file to start over)"
-                )
-            fh.seek(0)
-            text = "\n"
-            for self._line, text in enumerate(fh, start=1):
-                if _torn(text):  # only a last line can lack its newline
-                    raise TraceError(self._source, self._line, None, "the last line is cut short; remove it to append")
-                self._parser.parse(self._line, text)
-            if not text.endswith("\n"):  # a last line whole but with no newline: the next event starts a line
-                fh.write("\n")
-        except BaseException:
-            fh.close()
-            raise
-        return fh  # "a+": every write goes to the end
-
-    @property
-    def last_ts(self) -> float:
-        """The latest event time written (or read, when appending): the next event's may not be earlier."""
-        return self._parser.last_ts
-
-    def _emit(self, obj: dict[str, Any]) -> None:
-        text = json.dumps(obj, ensure_ascii=False)
-        self._line += 1
-        self._parser.parse(self._line, text)
-        self._fh.write(text + "\n")
-        self._fh.flush()
-
-    def write(self, event: Event) -> None:
-        self._emit(event.to_json())
-
-    def close(self) -> None:
-        if self._own:
-            self._fh.close()
-
-    def __enter__(self) -> TraceWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def write_trace(path: str | Path, trace: Trace) -> None:
-    """Write a whole trace to `path`, replacing what is there whole or not at all (atomic_write)."""
-    with atomic_write(path) as fh, TraceWriter(fh, trace.meta) as writer:
-        for event in trace.events:
-            writer.write(event)
+    return Trace(meta, events, skipped)
