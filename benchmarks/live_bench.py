@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/live_bench.py --family phased-chat --workflows 8   # a rebuilding workload
 
 Runs `agentcache bench --json --plot docs/results/img/live-bench.png` (its defaults: a generated group chat,
-lru, lfu, slru and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
-strategies on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
+lru, lfu, session-lfu and pbkv, 3 repetitions, each on a fresh warmed-up server, in alternating order; SGLang's
+strategies and its session cache on plain SGLang), shows its progress and table as it goes, and writes what its JSON line says.
 Extra arguments go to `agentcache bench`; with `--family F` (other than the default group chat) the
 page is docs/results/live-bench-F.md and its table in docs/results/README.md sits between its own markers; `--page NAME`
 (not passed on) names the page docs/results/live-bench-NAME.md instead, for a run that differs in other arguments:
@@ -23,7 +23,8 @@ import sys
 
 from pages import RESULTS, ROOT, load, render_again, save, template, write_between_markers
 
-BUILTINS = ("lfu", "slru", "priority")  # SGLang strategies a run may include (--policy)
+from agentcache.bench.runner import runs_on_plain_sglang
+from agentcache.policy import PolicySpec
 
 
 def ratio(summary: dict, policy: str, base: str, metric: str) -> list[float]:
@@ -50,14 +51,19 @@ def table(summary: dict) -> list[str]:
     return lines
 
 
+def sglang_strategies(summary: dict) -> list[str]:
+    """The run's policies that are SGLang's own (plain SGLang: lru, lfu, ..., and its session caches)."""
+    return [p for p in summary if runs_on_plain_sglang(PolicySpec.parse(p))]
+
+
 def verdicts(summary: dict) -> list[str]:
-    """pbkv against lru and against the best built-in the run has by hit rate, as medians of per-repetition ratios."""
-    builtins = [b for b in BUILTINS if b in summary]
-    bases = ["lru"] + ([max(builtins, key=lambda b: summary[b]["hit_rate"])] if builtins else [])
+    """pbkv against each of SGLang's strategies the run has, its session caches included, as medians of
+    per-repetition ratios; and which of them hit most."""
+    if "pbkv" not in summary:
+        return []
+    bases = sglang_strategies(summary)
     lines = []
     for base in bases:
-        if base not in summary or "pbkv" not in summary:
-            continue
         ratios = {
             name: ratio(summary, "pbkv", base, metric)
             for metric, name in (
@@ -67,13 +73,17 @@ def verdicts(summary: dict) -> list[str]:
             )
         }
         parts = [f"{name} {statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}]" for name, r in ratios.items()]
-        fewer = sum(x < 1.0 for x in ratios["prompt tokens computed"])
-        runs = summary["pbkv"]["runs"]
+        tokens = ratios["prompt tokens computed"]
+        fewer = sum(x < 1.0 for x in tokens)
+        each = ", ".join(f"{x:.2f}x" for x in tokens)
         lines.append(
             f"- pbkv vs {base}: "
             + ", ".join(parts)
-            + f"; fewer prompt tokens computed in {fewer} of {runs} repetitions."
+            + f"; fewer prompt tokens computed in {fewer} of {len(tokens)} repetitions ({each})."
         )
+    if bases:
+        best = max(bases, key=lambda b: summary[b]["hit_rate"])
+        lines.append(f"- The best of SGLang's strategies here by hit rate: {best}.")
     return lines
 
 

@@ -231,4 +231,4 @@ def test_the_demo_sets_ours_against_lru_and_the_best_of_sglangs_other_strategies
     assert lines[2].startswith("pbkv: 1.16x the hit rate of lru")
     assert lines[3].startswith("pbkv: 0.97x the hit rate of lfu, the best of SGLang's other strategies here")
     assert "higher in 0 of 3 repetitions; 0.91x faster on mean latency" in lines[3]
-    assert DemoOptions().policies == ("lru", "lfu", "slru", "pbkv")
+    assert DemoOptions().policies == ("lru", "lfu", "session-lfu", "pbkv")  # the bench's DEFAULT_POLICIES

@@ -37,7 +37,8 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
 
 
 def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
-    """Plain sentences: `ours` against lru and against the best of SGLang's other strategies, per repetition."""
+    """Plain sentences: `ours` against each of SGLang's strategies that ran (its session caches included), per
+    repetition, and which of them was best."""
     policies = list(dict.fromkeys(r.policy for r in runs))
     if ours not in policies:
         return []
@@ -48,10 +49,11 @@ def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
         ttft = paired_ratios(runs, ours, base, "ttft_s")
         makespan = paired_ratios(runs, ours, base, "makespan_s")
         fewer = sum(t < 1.0 for t in tokens)
+        each = ", ".join(f"{t:.2f}x" for t in tokens)
         lines.append(
             f"{ours} vs {base}: computed {statistics.median(tokens):.2f}x the prompt tokens (fewer in {fewer} of "
-            f"{len(tokens)} repetitions); time to first token {median_range(ttft, '.2f', 'x')}, completion time "
-            f"{median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
+            f"{len(tokens)} repetitions: {each}); time to first token {median_range(ttft, '.2f', 'x')}, completion "
+            f"time {median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
         )
     best = best_sglang_strategy(runs, besides=("lru", ours))
     if best is not None:

@@ -20,7 +20,8 @@ from agentcache.policy import PolicySpec
 from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.trace import Trace
 
-DEFAULT_POLICIES = "lru,lfu,slru,pbkv"
+# SGLang's default, its best plain strategy on our workloads, its session cache over that, and ours.
+DEFAULT_POLICIES = "lru,lfu,session-lfu,pbkv"
 # On CPU the engine runs one torch thread: with one per core, a run's timing hinged on whether any other
 # process held a core (a spinning thread waiting for a descheduled one made single runs up to 15x slower).
 ENGINE_CPU_THREADS = 1
@@ -53,6 +54,13 @@ def lifecycle_of(spec: PolicySpec) -> Lifecycle:
     if spec.sessions:
         return Lifecycle.SESSIONS
     return Lifecycle.NONE if runs_on_plain_sglang(spec) else Lifecycle.PLUGIN
+
+
+def server_kind(spec: PolicySpec) -> str:
+    """The server a run of `spec` starts, in words (for progress lines)."""
+    if spec.sessions:
+        return "SGLang with its session cache"
+    return "SGLang" if runs_on_plain_sglang(spec) else "SGLang with agentcache"
 
 
 def live_refusal(spec: PolicySpec) -> str | None:
@@ -121,7 +129,7 @@ class Stage:
     policy: str
     repetition: int  # from 0
     repeat: int
-    run: int  # from 0, in the order the runs go
+    run: int  # from 0, in the order the runs go; -1 while servers kept for every run start (the demo's)
     runs: int
     step: str  # "starting SGLang", "warming up", "running", "done"
 
@@ -154,7 +162,7 @@ def measure(
         name = f"{policy.replace('/', '_')}-{repetition + 1}"
         at = functools.partial(Stage, policy, repetition, opts.repeat, index, len(order))  # at(step): a Stage
         where = at("").where
-        stage(at(f"starting {'SGLang' if runs_on_plain_sglang(spec) else 'SGLang with agentcache'}"))
+        stage(at(f"starting {server_kind(spec)}"))
         options = serve_options(spec, opts, capacity, name)
         try:
             with Server(options) as server:
