@@ -10,14 +10,17 @@ Fair means what a timing on a shared machine needs to be believed:
   repetition, between runs that ran next to each other.
 
 SGLang's own strategies run exactly as a user would run them: a plain SGLang server, without the
-agentcache plugin, started with ``--radix-eviction-policy NAME`` (``lru`` is SGLang's default).
+agentcache plugin, started with ``--radix-eviction-policy NAME`` (``lru`` is SGLang's default); its
+session cache (``session-lru``, ``session-lfu``) is that server with ``--enable-session-radix-cache`` too.
 agentcache's policies run on the server with the plugin (``agentcache serve``).
 
 A trace (format v1) drives the requests: each workflow is a coroutine that sends its requests in
 order, at the trace's (scaled) send times but never before its previous request finished, through
 ``/generate`` with token ids made from the segments (the same content id always gives the same ids)
-and streamed, so the time to the first token is measured. End events go to the control route (the
-plugin's servers only; a plain server has none). The model's own output replaces the trace's outputs,
+and streamed, so the time to the first token is measured. End events go to the plugin's control route;
+with SGLang's session cache each workflow is a session (its requests carry it as the top-level
+``session_id``) and its End closes it (``POST /close_session``); a plain server without sessions hears
+none. The model's own output replaces the trace's outputs,
 so output reuse does not carry over: prompts are reused, generated text is not.
 
 Figures per run: hit rate and prompt tokens the server computed (from the server's own usage

@@ -33,7 +33,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Drive a trace (or a small generated workload) as real concurrent requests against a fresh "
         "bundled server per policy and repetition (warmed up; policies in alternating order), SGLang's own "
-        "strategies on plain SGLang (--radix-eviction-policy), agentcache's on the plugin; report medians with "
+        "strategies on plain SGLang (--radix-eviction-policy; session-lru and session-lfu: its session cache, "
+        "--enable-session-radix-cache, each workflow a session closed at its end), agentcache's on the plugin; "
+        "report medians with "
         "min-max of time to first token, latency, completion time, prompt tokens computed and hit rate."
     )
     workload = p.add_mutually_exclusive_group()
