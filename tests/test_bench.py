@@ -232,3 +232,66 @@ def test_the_demo_sets_ours_against_lru_and_the_best_of_sglangs_other_strategies
     assert lines[3].startswith("pbkv: 0.97x the hit rate of lfu, the best of SGLang's other strategies here")
     assert "higher in 0 of 3 repetitions; 0.91x faster on mean latency" in lines[3]
     assert DemoOptions().policies == ("lru", "lfu", "session-lfu", "pbkv")  # the bench's DEFAULT_POLICIES
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "session_ids", "ends"),
+    [
+        ("sessions", True, "/close_session"),
+        ("plugin", False, "/agentcache/v1/workflows/{}/end"),
+        ("none", False, None),
+    ],
+)
+def test_the_workload_tells_each_server_where_workflows_end_its_own_way(lifecycle, session_ids, ends):
+    """SGLang's session cache: every request carries its workflow as the top-level session_id (never
+    session_params, which SGLang's radix-native sessions ignore) and the workflow's End is /close_session; the
+    plugin hears Ends on its route; plain SGLang hears none."""
+    import asyncio
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agentcache.bench.workload import Lifecycle, TokenMaker, Workload
+
+    heard = []
+
+    class Recording(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: ANN002
+            pass
+
+        def do_POST(self):  # noqa: N802 - a streamed /generate answer, or an empty 200
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
+            heard.append((self.path, body))
+            data = b""
+            if self.path == "/generate":
+                meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
+                data = f"data: {json.dumps({'output_ids': [1], 'meta_info': meta})}\n\ndata: [DONE]\n\n".encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    trace = generate("code-retry", GenConfig(workflows=2, seed=1))
+    workflows = {r.workflow for r in trace.requests}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        sent, _ = asyncio.run(workload.drive(url, {}, lifecycle=Lifecycle(lifecycle)))
+    finally:
+        server.shutdown()
+    generated = [body for path, body in heard if path == "/generate"]
+    assert len(sent) == len(generated) == len(trace.requests)
+    assert all("session_params" not in body for body in generated)
+    if session_ids:
+        assert {body["session_id"] for body in generated} == workflows
+    else:
+        assert all("session_id" not in body for body in generated)
+    others = [(path, body) for path, body in heard if path != "/generate"]
+    if ends is None:
+        assert others == []
+    elif lifecycle == "sessions":
+        assert sorted(others, key=str) == sorted(((ends, {"session_id": w}) for w in workflows), key=str)
+    else:
+        assert sorted(path for path, _ in others) == sorted(ends.format(w) for w in workflows)
