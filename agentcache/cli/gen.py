@@ -6,7 +6,7 @@ import argparse
 
 from agentcache.cli.common import UsageError, check_output, console
 from agentcache.trace import write_trace
-from agentcache.workloads import FAMILIES, generate
+from agentcache.workloads import FAMILIES, HELD_OUT_FAMILIES, generate
 from agentcache.workloads.common import GenConfig
 
 
@@ -47,6 +47,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--unended", type=float, default=d.unended, help="share of workflows never ended (default %(default)s)"
     )
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--held-out",
+        action="store_true",
+        help=f"the family's held-out variant: other agents, tools and durations ({', '.join(HELD_OUT_FAMILIES)})",
+    )
     p.set_defaults(run=run)
 
 
@@ -64,10 +69,11 @@ def run(args: argparse.Namespace) -> int:
             rebuild=args.rebuild,
             unended=args.unended,
             seed=args.seed,
+            held_out=args.held_out,
         )
+        trace = generate(args.family, cfg)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    trace = generate(args.family, cfg)
     write_trace(args.output, trace)
     requests = trace.requests
     console.print(

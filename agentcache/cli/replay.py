@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections.abc import Sequence
 
 from agentcache.cli.common import DEFAULT_PREDICTOR, UsageError, check_output, console
 from agentcache.replay.results import UNLIMITED
+from agentcache.trace import EVENT_GROUPS
 
 # Every SGLang strategy (its session caches too), shown as the one that hit most at each capacity.
 BEST_BUILTIN = "best-builtin"
 REPLAY_POLICIES = f"lru,{BEST_BUILTIN},lifecycle,kvflow,cachescout,pbkv,belady,{UNLIMITED}"
+EVENT_GROUP_HELP = [f"{group} ({', '.join(kind.TYPE for kind in kinds)})" for group, kinds in EVENT_GROUPS.items()]
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -55,6 +58,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         " how far pbkv gets knowing what the trace's coins decide",
     )
     p.add_argument(
+        "--ignore-events",
+        metavar="GROUPS",
+        default="",
+        help="comma-separated groups of the trace's events to leave out, replaying the trace as if they were never"
+        f" sent: {', '.join(EVENT_GROUP_HELP)} (default: none; requests and ends are always replayed)",
+    )
+    p.add_argument(
         "--instances",
         type=int,
         default=1,
@@ -76,6 +86,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
+def _parse_event_groups(text: str) -> list[str]:
+    groups = list(dict.fromkeys(g.strip() for g in text.split(",") if g.strip()))
+    unknown = [g for g in groups if g not in EVENT_GROUPS]
+    if unknown:
+        raise UsageError(f"--ignore-events: unknown group {unknown[0]!r}; choose from {', '.join(EVENT_GROUPS)}")
+    return groups
+
+
+def _ignored_note(ignored: Sequence[str]) -> str:
+    return f", {' and '.join(ignored)} events ignored" if ignored else ""
+
+
 def _parse_capacities(text: str) -> list[int]:
     try:
         caps = [int(c) for c in text.split(",") if c.strip()]
@@ -92,17 +114,29 @@ def run(args: argparse.Namespace) -> int:
     from agentcache.predictor import PredictorSpec
     from agentcache.replay.report import best_of_group, plot_timeline, print_table
     from agentcache.replay.tokens import check_encodable
-    from agentcache.trace import TraceError, read_trace
+    from agentcache.trace import TraceError, UnknownEventsWarning, read_trace
 
     capacities = _parse_capacities(args.capacity)
     check_output("--plot", args.plot)
+    ignored = _parse_event_groups(args.ignore_events)
     try:
-        trace = read_trace(args.trace)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnknownEventsWarning)  # said below, as a line of the command's own
+            trace = read_trace(args.trace)
         check_encodable(trace.requests)
     except (TraceError, OSError) as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:
         raise UsageError(f"{args.trace}: {exc}") from None
+    if trace.skipped:
+        kinds = ", ".join(f"{kind!r} x{count}" for kind, count in sorted(trace.skipped.items()))
+        console.print(
+            f"{args.trace}: left out events of types this agentcache does not know: {kinds}",
+            style="yellow",
+            soft_wrap=True,
+            markup=False,
+        )
+    trace = trace.without(ignored)
     # KV pools are allocated whole: one far beyond what the trace can fill failed in the allocator.
     most = max(2, sum(r.prompt_tokens + r.output for r in trace.requests)) * max(1, args.instances)
     for flag, asked in (("--capacity", max(capacities)), ("--host-capacity", args.host_capacity)):
@@ -193,10 +227,10 @@ def run(args: argparse.Namespace) -> int:
     # A run with perfect forecasts, or told what is read, must not pass for pbkv's own: the table's title and
     # each JSON object say so (`forecaster`: null where every policy kept its own).
     if args.json:  # every run, the group's too
-        labels = {"forecaster": forecaster, "told_reads": args.told_reads}
+        labels = {"forecaster": forecaster, "told_reads": args.told_reads, "ignored_events": ignored}
         print(json.dumps([{**r.to_json(), **labels} for r in results]))
     else:
-        told = ", told reads" if args.told_reads else ""
+        told = (", told reads" if args.told_reads else "") + _ignored_note(ignored)
         by = "" if forecaster is None else f", forecaster {forecaster}"
         print_table(shown, title=f"{trace.meta.name or args.trace}: {len(trace.requests)} requests{by}{told}")
         _note_oversized([(r.capacity, r.requests, r.oversized_requests) for r in results], 1)
@@ -207,6 +241,8 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
     """--instances N: the timed replay with N workers that split the capacity, per routing; `forecaster`: the one
     --predictor gave pbkv (None: each policy's own)."""
     from agentcache.policy import PolicyConfigError
+
+    ignored = _parse_event_groups(args.ignore_events)  # the trace has them left out already
     from agentcache.replay.runner import PreparedTrace
     from agentcache.replay.scale_out import RoutingError, parse_routings, replay_cluster
 
@@ -247,11 +283,12 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
     except (RoutingError, PolicyConfigError) as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps([{**run, "forecaster": forecaster} for run in runs]))
+        print(json.dumps([{**run, "forecaster": forecaster, "ignored_events": ignored} for run in runs]))
         return 0
     from agentcache.replay.report import print_fitted_table
 
     title = f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}"
+    title += _ignored_note(ignored)
     if forecaster is not None:
         title += f", forecaster {forecaster}"
     headers = (

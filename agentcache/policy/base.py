@@ -15,7 +15,10 @@ replay benchmark) does these things:
 4. ``policy.on_release(tags, now)`` once the request has finished, been refused or been aborted (its
    workflow's lease does not run out while it is in flight);
 5. ``policy.on_end(workflow, now)`` on a workflow's end event;
-6. ``policy.priority(node)`` as the engine's eviction key (smallest first).
+6. ``policy.on_tool_start(workflow, agent, tool, now)`` and ``policy.on_tool_end(...)`` when an agent's tool
+   call begins and ends (its next call comes after the end); a policy that does not override them behaves
+   as if no tool event came;
+7. ``policy.priority(node)`` as the engine's eviction key (smallest first).
 """
 
 from __future__ import annotations
@@ -209,6 +212,13 @@ class CachePolicy(ABC):
             return False
         self._retire(state)
         return True
+
+    def on_tool_start(self, workflow: WorkflowKey, agent: str, tool: str, now: float) -> None:
+        """`agent` (an identity, as `Tags.identity`) of `workflow` called `tool` and waits on it: its next call
+        re-sends its latest path."""
+
+    def on_tool_end(self, workflow: WorkflowKey, agent: str, tool: str, now: float) -> None:
+        """`agent`'s call of `tool` returned (a start may have gone unheard, and a hung tool's end never comes)."""
 
     def _retire(self, state: WorkflowState) -> None:
         self.latest.pop(state.id, None)

@@ -14,14 +14,14 @@ from dataclasses import replace
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy import PolicySpec, WorkflowRegistry, make_policy, prefetch
+from agentcache.policy import CachePolicy, PolicySpec, WorkflowRegistry, make_policy, prefetch
 from agentcache.policy.spec import WARMUP
 from agentcache.predictor import Predictor
 from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.results import UNLIMITED, ReplayResult
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
-from agentcache.tags import Tags
-from agentcache.trace import End, Request, Trace
+from agentcache.tags import Tags, WorkflowKey
+from agentcache.trace import End, Request, ToolEvent, ToolStart, Trace
 
 TIMELINE_POINTS = 40
 
@@ -33,6 +33,15 @@ def as_spec(policy: PolicySpec | str) -> PolicySpec:
 def request_tags(request: Request, enc: EncodedRequest) -> Tags:
     """A trace request's tags, as the server would hand them to the policy (the trace's agent is its identity)."""
     return Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len)
+
+
+def hear_tool(policy: CachePolicy, event: ToolEvent, now: float) -> None:
+    """An agent's tool call began or ended: the policy hears it at `now`, as the server hears the client's."""
+    key = WorkflowKey("", event.workflow)
+    if isinstance(event, ToolStart):
+        policy.on_tool_start(key, event.agent, event.tool, now)
+    else:
+        policy.on_tool_end(key, event.agent, event.tool, now)
 
 
 class PreparedTrace:
@@ -128,6 +137,9 @@ def replay_policy(
     for event in prepared.trace.events:
         if isinstance(event, End):
             cache.end_workflow(event.workflow, event.ts)
+            continue
+        if isinstance(event, ToolEvent):
+            hear_tool(policy, event, event.ts)
             continue
         current = index
         enc = prepared.encoded[index]

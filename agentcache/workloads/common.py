@@ -34,6 +34,7 @@ class GenConfig:
     seed: int = 0
     decode_tok_s: float = 50.0  # generation speed used to space a workflow's requests
     tool_s: float = 2.0  # mean tool execution time between calls
+    held_out: bool = False  # the family's held-out variant (other agents, tools, durations), where it has one
 
     def __post_init__(self) -> None:
         if self.workflows < 1:
@@ -51,8 +52,14 @@ class GenConfig:
             raise ValueError(f"unended must be in [0, 1], got {self.unended}")
 
     def knobs(self) -> dict[str, Any]:
-        """The knobs as set; `rebuild` only when set, so traces written before it existed stay byte-identical."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rebuild" or self.rebuild is not None}
+        """The knobs as set; `rebuild` and `held_out` only when set, so traces written before they existed stay
+        byte-identical."""
+        unset = {"rebuild": None, "held_out": False}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in unset or getattr(self, f.name) != unset[f.name]
+        }
 
 
 def jitter(rng: random.Random, mean: float, spread: float = 0.3) -> int:

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from agentcache.trace import End, Event, Meta, Trace
+from agentcache.trace import End, Event, Meta, ToolEvent, Trace
 from agentcache.workloads import chat, code_retry
 from agentcache.workloads.common import GenConfig
 
@@ -44,6 +44,8 @@ def mix(first: Trace, second: Trace) -> Trace:
         for e in trace.events:
             if isinstance(e, End):
                 events.append(End(e.ts, workflow(e.workflow)))
+            elif isinstance(e, ToolEvent):
+                events.append(replace(e, workflow=workflow(e.workflow), agent=agent(e.agent)))
             else:
                 events.append(replace(e, workflow=workflow(e.workflow), agent=agent(e.agent), app=e.app or label))
         return events
