@@ -214,26 +214,6 @@ def test_a_refused_warm_up_says_why_the_server_refused_it():
         server.shutdown()
 
 
-def test_the_demo_sets_ours_against_lru_and_the_best_of_sglangs_other_strategies():
-    """What a user has with one flag (--radix-eviction-policy lfu or slru), not only SGLang's default: on the
-    demo's small workload lfu can match pbkv, and the demo must say so."""
-    from agentcache.bench.runs import Run
-    from agentcache.bench.workload import Sent
-    from agentcache.demo import DemoOptions, ratio_lines
-
-    def run(policy, repetition, cached, latency):
-        return Run(policy, repetition, [Sent(0.1, latency, 100, cached)] * 4, 10.0)
-
-    hits = {"lru": 50, "lfu": 60, "slru": 55, "pbkv": 58}
-    runs = [run(p, r, hits[p] + r, 0.5 if p == "lfu" else 0.55) for r in range(3) for p in hits]
-    lines = ratio_lines(runs)
-    assert [line.split(":")[0] for line in lines] == ["lfu", "slru", "pbkv", "pbkv"]
-    assert lines[2].startswith("pbkv: 1.16x the hit rate of lru")
-    assert lines[3].startswith("pbkv: 0.97x the hit rate of lfu, the best of SGLang's other strategies here")
-    assert "higher in 0 of 3 repetitions; 0.91x faster on mean latency" in lines[3]
-    assert DemoOptions().policies == ("lru", "lfu", "session-lfu", "pbkv")  # the bench's DEFAULT_POLICIES
-
-
 @pytest.mark.parametrize(
     ("lifecycle", "session_ids", "ends"),
     [

@@ -100,3 +100,22 @@ def test_a_terminal_gets_one_status_line_redrawn_not_plain_lines():
         progress.stage(Stage("lru", 0, 3, 0, 12, "warming up"))
         time.sleep(0.1)
     assert "\n[0s] lru" not in out.getvalue() and "\x1b" in out.getvalue(), "rich's live display, cleared at the end"
+
+
+def test_servers_started_once_for_every_run_are_a_step_before_the_first_run():
+    """The demo starts its servers once, side by side: that step names no run, and its time is no run's."""
+    console, out = plain_console()
+    clock = Clock()
+    progress = BenchProgress(console, clock=clock)
+    progress.stage(
+        Stage("lru", 0, 3, -1, 12, "starting 4 SGLang servers side by side (lru, lfu, session-lfu, pbkv): 0 ready")
+    )
+    assert lines(out)[-1] == (
+        "[0s] starting 4 SGLang servers side by side (lru, lfu, session-lfu, pbkv): 0 ready; time left known after"
+        " the first run"
+    )
+    clock.now += 60.0
+    progress.stage(Stage("lru", 0, 3, 0, 12, "running"))
+    clock.now += 10.0
+    progress.stage(Stage("lru", 0, 3, 0, 12, "done"))
+    assert lines(out)[-1].endswith("run 1 of 12: done; 0 requests done (0 in all); about 1m50s left"), "11 runs of 10 s"

@@ -104,6 +104,8 @@ class BenchProgress:
         stage = self._stage
         if stage is None:
             return "getting the model ready"
+        if stage.run < 0:  # before the first run: servers that start once for every run (the demo's)
+            return f"{stage.step}; time left known after the first run"
         requests = f"{self._answers:,}" + (f" of {self.requests_per_run:,}" if self.requests_per_run else "")
         left = self.time_left(now)
         return (

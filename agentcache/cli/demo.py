@@ -1,4 +1,4 @@
-"""`agentcache demo`: the demo's multi-agent apps against a fresh bundled server per policy and repetition."""
+"""`agentcache demo`: the demo's multi-agent apps against the bundled server, one per policy, side by side."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from agentcache.bench.report import median_range
 from agentcache.bench.runner import runs_on_plain_sglang
 from agentcache.bench.workload import BenchError
 from agentcache.cli.common import UsageError, check_output, check_server_flags, console, live_policies
-from agentcache.demo import DemoOptions, ratio_lines, run_demo, summarize
+from agentcache.demo.run import DemoOptions, run_demo
+from agentcache.demo.summary import ratio_lines, summarize, verdict
 from agentcache.replay.report import print_fitted_table
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     d = DemoOptions()
     p.description = (
-        "Start the bundled SGLang server (CPU dev mode without a GPU) fresh for every policy and "
-        "repetition, warm it up, run the same concurrent multi-agent workflows through the agentcache SDK "
-        "(policies in alternating order), and compare hit rate and latency as medians over the repetitions."
+        "Start the bundled SGLang server (CPU dev mode without a GPU) once per policy, side by side, warm each up, "
+        "and run the same concurrent multi-agent workflows on each (policies in alternating order, the cache "
+        "emptied before every run); compare hit rate and latency as medians over the repetitions."
     )
     p.add_argument("--policies", default=",".join(d.policies), help="comma-separated (default %(default)s)")
     p.add_argument("--repeat", type=int, default=d.repeat, help="repetitions per policy (default %(default)s)")
@@ -32,7 +33,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--capacity", type=int, default=d.capacity, help="server KV capacity in tokens (default %(default)s)"
     )
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--port", type=int, default=d.port)
+    p.add_argument("--port", type=int, default=d.port, help="the first server's port; the others take the next ones")
+    p.add_argument(
+        "--fresh-servers",
+        action="store_true",
+        help="start a fresh server for every policy and repetition instead of emptying one per policy (slower)",
+    )
     p.add_argument("--model-path", help="model to serve (default: a small random-weight model made locally)")
     p.add_argument("--log-dir", help="write each server's log here (default: a new temporary folder)")
     p.add_argument(
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         capacity=args.capacity,
         seed=args.seed,
         port=args.port,
+        fresh_servers=args.fresh_servers,
         model_path=args.model_path,
         log_dir=log_dir,
         record=args.record,
@@ -78,24 +85,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{exc} (server logs: {log_dir})") from None
     results = summarize(runs)
     title = (
-        f"{args.workflows} concurrent multi-agent workflows, KV capacity {args.capacity} tokens, "
-        f"medians over {args.repeat} repetitions in alternating order"
+        f"{args.workflows} multi-agent workflows, {args.concurrency} in flight, KV capacity {args.capacity} tokens: "
+        f"medians [min-max] over {args.repeat} repetitions in alternating order"
     )
     rows = []
     for policy, r in results.items():
-        mine = [run.mean_latency_s for run in runs if run.policy == policy]
+        mine = [run for run in runs if run.policy == policy]
         rows.append(
             (
                 policy,
-                f"{r['hit_rate']:.1%}",
-                median_range(mine, ".2f"),
-                f"{r['p90_latency_s']:.2f}",
+                median_range([run.hit_rate * 100 for run in mine], ".1f", "%"),
+                median_range([run.mean_latency_s for run in mine], ".2f"),
+                median_range([run.p90_latency_s for run in mine], ".2f"),
                 f"{r['requests']:.0f}",
             )
         )
     headers = ("policy", "hit rate", "mean latency (s)", "p90 latency (s)", "requests")
     print_fitted_table(title, headers, rows)
-    for line in ratio_lines(runs):
+    for line in [*ratio_lines(runs), *verdict(runs)]:
         Console().print(line, soft_wrap=True, markup=False)
     if args.json:
         print(json.dumps(results))

@@ -1,21 +1,11 @@
-"""`agentcache demo`: the bundled server, concurrent multi-agent workflows, SGLang's own strategies against agentcache.
+"""The demo's two agent apps, written against the plain `openai` SDK, and how a run tells its server where
+each workflow starts and ends.
 
-Two small apps written against the plain `openai` SDK and wrapped with the
-agentcache SDK's one decorator run concurrently against the bundled SGLang
-server: a code assistant with a test-and-retry loop (planner, coder, tester,
-analyzer) and a fact checker whose retriever spawns further retrievals before
-a verifier decides (and sometimes sends it back). The model is random-weight,
-so the apps' branches are decided by a seeded random generator: both policies
-see exactly the same workflows.
-
-It runs on the live benchmark's footing (agentcache/bench/): a fresh server
-per policy and repetition, warmed up, policies in alternating order, medians
-over repetitions with their spread. `lru` (SGLang's default), `lfu` and `slru`
-are plain SGLang (`--radix-eviction-policy`) running the apps without
-agentcache, what a user has with one flag; `pbkv` is the plugin with the
-decorated apps, whose end events all reach the server before it stops. Each
-policy is set against lru, and ours also against the best of SGLang's other
-strategies in the run.
+A code assistant with a test-and-retry loop (planner, coder, tester, analyzer) and a fact checker whose
+retriever spawns further retrievals before a verifier decides (and sometimes sends it back). Every call sends
+the agent's fixed prompt and the workflow's history so far, which grows with each answer and each tool's
+output; between calls a tool runs. The model is random-weight, so the apps' branches are decided by a seeded
+random generator: every policy sees exactly the same workflows.
 """
 
 from __future__ import annotations
@@ -23,23 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import statistics
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcache.bench.runner import (
-    DEFAULT_POLICIES,
-    BenchOptions,
-    Stage,
-    best_sglang_strategy,
-    measure,
-    runs_on_plain_sglang,
-)
-from agentcache.bench.runs import Run, paired_ratios
-from agentcache.bench.workload import BenchError, Sent
-from agentcache.policy import PolicySpec
+import httpx
+
+from agentcache.bench.workload import Lifecycle, Sent, end
 
 WORDS = (
     "agent plan code test review tool schema result error retry analyze verify claim evidence search passage "
@@ -59,6 +42,9 @@ TOOLS = [
     for name in ("run_tests", "search_web", "read_file", "write_file")
 ]
 
+# The SGLang session of the workflow running in this task (session-* runs only): each call carries it.
+_session: ContextVar[str | None] = ContextVar("agentcache_demo_session", default=None)
+
 
 def _text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
@@ -75,7 +61,8 @@ class DemoApps:
 
     client: Any  # openai.AsyncOpenAI
     model: str
-    system_words: int = 250
+    system_words: int = 60
+    task_words: int = 40
     tool_words: int = 60
     max_tokens: int = 8
     tool_pause_s: float = 0.4
@@ -87,6 +74,7 @@ class DemoApps:
         import agentcache_sdk as ac
 
         messages = [{"role": "system", "content": _system_prompt(role, self.system_words)}, *history]
+        session = _session.get()
         start = time.perf_counter()
         first = None
         text: list[str] = []
@@ -100,6 +88,7 @@ class DemoApps:
                 tools=TOOLS,
                 stream=True,
                 stream_options={"include_usage": True},
+                extra_body={"session_id": session} if session is not None else None,
             )
             async for chunk in stream:
                 if chunk.choices and first is None:
@@ -123,7 +112,7 @@ class DemoApps:
     async def code_assistant(self, seed: int) -> None:
         """planner -> coder -> tester, and back through the analyzer while the tests fail (at most 3 rounds)."""
         rng = random.Random(seed)
-        history = [{"role": "user", "content": "Task: " + _text(rng, 60)}]
+        history = [{"role": "user", "content": "Task: " + _text(rng, self.task_words)}]
         history.append({"role": "assistant", "content": await self.chat("planner", history)})
         for attempt in range(3):
             history.append({"role": "assistant", "content": await self.chat("coder", history)})
@@ -136,7 +125,7 @@ class DemoApps:
     async def fact_checker(self, seed: int) -> None:
         """decomposer -> retriever hops (each may spawn another) -> verifier, which may ask for more."""
         rng = random.Random(seed)
-        history = [{"role": "user", "content": "Claim: " + _text(rng, 50)}]
+        history = [{"role": "user", "content": "Claim: " + _text(rng, self.task_words)}]
         history.append({"role": "assistant", "content": await self.chat("decomposer", history)})
         for _round in range(2):
             for _hop in range(3):
@@ -149,122 +138,46 @@ class DemoApps:
                 break
 
 
-async def run_workflows(apps: DemoApps, workflows: int, concurrency: int, seed: int, *, tagged: bool = True) -> None:
-    """Run `workflows` app runs, `concurrency` at a time, each one agentcache workflow (untagged: plain apps)."""
+@contextlib.asynccontextmanager
+async def as_workflow(lifecycle: Lifecycle, base_url: str, headers: dict[str, str]) -> AsyncIterator[None]:
+    """One app run as its server knows workflows: the SDK's workflow (agentcache: tagged calls, an end event at
+    the end), an SGLang session (each call carries its id; closed at the end), or nothing (plain SGLang)."""
     import agentcache_sdk as ac
 
+    if lifecycle is Lifecycle.PLUGIN:
+        async with ac.workflow(name="demo"):
+            yield
+    elif lifecycle is Lifecycle.SESSIONS:
+        session = f"demo-{uuid.uuid4().hex}"
+        token = _session.set(session)
+        try:
+            yield
+        finally:
+            _session.reset(token)
+        async with httpx.AsyncClient(headers=headers, timeout=60) as client:
+            await end(client, base_url, session, lifecycle)
+    else:
+        yield
+
+
+async def run_workflows(
+    apps: DemoApps,
+    workflows: int,
+    concurrency: int,
+    seed: int,
+    *,
+    lifecycle: Lifecycle = Lifecycle.PLUGIN,
+    base_url: str = "",
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Run `workflows` app runs, `concurrency` at a time, each one workflow as `lifecycle` says its server knows
+    them (`base_url`, `headers`: where a session is closed)."""
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
         async with semaphore:
             app = apps.code_assistant if i % 2 == 0 else apps.fact_checker
-            async with ac.workflow(name="demo") if tagged else contextlib.nullcontext():
+            async with as_workflow(lifecycle, base_url, headers or {}):
                 await app(seed * 1000 + i)
 
     await asyncio.gather(*(one(i) for i in range(workflows)))
-
-
-@dataclass
-class DemoOptions:
-    policies: tuple[str, ...] = tuple(DEFAULT_POLICIES.split(","))  # the live bench's: lru, lfu, slru, pbkv
-    repeat: int = 3
-    workflows: int = 8
-    concurrency: int = 4
-    # KV tokens: the seven agents' fixed prompts (about 6,600 tokens) fit with room for part of the histories in
-    # flight, so the policy chooses which; below the prompts alone every policy thrashes and a run turns on
-    # arrival timing, and with room for nearly everything every policy does about the same (docs/results/demo.md).
-    capacity: int = 9000
-    seed: int = 0
-    port: int = 30000
-    model_path: str | None = None
-    model_size: str = "small"
-    log_dir: str | None = None
-    record: str | None = None  # a trace file: the first run with agentcache records its traffic there
-
-
-END_EVENTS_TIMEOUT_S = 30.0
-
-
-def run_demo(
-    opts: DemoOptions, stage: Callable[[Stage], None] = lambda _: None, answered: Callable[[], None] | None = None
-) -> list[Run]:
-    """Every policy and repetition on a fresh, warmed-up server, the same workflows each time."""
-    import openai
-
-    import agentcache_sdk as ac
-    from agentcache.bench.runner import vocab_size_of
-    from agentcache.server_ext.launcher import ensure_model
-
-    model = ensure_model(opts.model_path, opts.model_size)
-    unrecorded = [opts.record] if opts.record else []  # every run serves the same workflows: record one
-
-    def run_apps(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
-        tagged = not runs_on_plain_sglang(spec)  # plain SGLang serves the apps as they are, without agentcache
-        ac.configure(base_url=base_url)
-        client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0)
-        apps = DemoApps(client, model="default", on_answer=answered)
-        recording = ac.record(unrecorded.pop(), name="demo") if tagged and unrecorded else contextlib.nullcontext()
-        with recording:
-            started = time.monotonic()
-            asyncio.run(run_workflows(apps, opts.workflows, opts.concurrency, opts.seed, tagged=tagged))
-            makespan = time.monotonic() - started
-            if tagged and not ac.flush(END_EVENTS_TIMEOUT_S):  # every end event reaches the server before it stops
-                raise BenchError(f"end events still unsent after {END_EVENTS_TIMEOUT_S:.0f} s")
-        return apps.records, makespan
-
-    bench = BenchOptions(
-        policies=tuple(PolicySpec.parse(p) for p in opts.policies),
-        repeat=opts.repeat,
-        capacity=opts.capacity,
-        model_path=model,
-        model_size=opts.model_size,
-        port=opts.port,
-        log_dir=opts.log_dir,
-    )
-    return measure(
-        bench, run_apps, capacity=opts.capacity, vocab_size=vocab_size_of(model), warmup_tokens=600, stage=stage
-    )
-
-
-def summarize(runs: list[Run]) -> dict[str, dict[str, float | int]]:
-    """Per policy, medians over its repetitions (the keys of `agentcache demo --json`)."""
-    out: dict[str, dict[str, float | int]] = {}
-    for policy in dict.fromkeys(r.policy for r in runs):
-        mine = [r for r in runs if r.policy == policy]
-        out[policy] = {
-            "hit_rate": statistics.median(r.hit_rate for r in mine),
-            "mean_latency_s": statistics.median(r.mean_latency_s for r in mine),
-            "p90_latency_s": statistics.median(r.p90_latency_s for r in mine),
-            "requests": statistics.median(len(r.sent) for r in mine),
-            "runs": len(mine),
-        }
-    return out
-
-
-def ratio_lines(runs: list[Run], baseline: str = "lru") -> list[str]:
-    """Each policy against the baseline, and each of ours also against the best of SGLang's other strategies in
-    the run (by median hit rate): medians of per-repetition ratios, with their range."""
-    policies = list(dict.fromkeys(r.policy for r in runs))
-    lines = []
-    if baseline in policies:
-        lines += [_ratio_line(runs, policy, baseline) for policy in policies if policy != baseline]
-    best = best_sglang_strategy(runs, besides=(baseline,))
-    if best is not None:
-        for policy in policies:
-            if not runs_on_plain_sglang(PolicySpec.parse(policy)):
-                lines.append(_ratio_line(runs, policy, best, f"{best}, the best of SGLang's other strategies here"))
-    return lines
-
-
-def _ratio_line(runs: list[Run], policy: str, baseline: str, named: str | None = None) -> str:
-    hit = paired_ratios(runs, policy, baseline, "hit_rate")
-    speed = [1.0 / x for x in paired_ratios(runs, policy, baseline, "mean_latency_s")]
-    # A small workload's runs differ by which prefixes a few early evictions happen to keep: the count of
-    # repetitions won says more than a median of three.
-    ahead = sum(x > 1.0 for x in hit)
-    return (
-        f"{policy}: {statistics.median(hit):.2f}x the hit rate of {named or baseline} [{min(hit):.2f}-{max(hit):.2f}], "
-        f"higher in {ahead} of {len(hit)} repetitions; "
-        f"{statistics.median(speed):.2f}x faster on mean latency [{min(speed):.2f}-{max(speed):.2f}] "
-        f"(medians of {len(speed)} per-repetition ratios, [min-max])"
-    )
