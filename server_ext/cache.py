@@ -76,6 +76,30 @@ class AgentCache(UnifiedRadixCache):
     def __init__(self, params: Any):
         super().__init__(params)
         cfg = self.config
+        self.component: TaggedFullComponent = self.components[FULL]
+        self.component.on_policy_fault = self._policy_dropped
+        self.policy_faults: Counter[str] = Counter()  # where the policy raised (one inside eviction drops it)
+        self.now = 0.0
+        self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
+        self.calls = Calls()  # the requests of each n group (one logical call) not yet released
+        self.counters: Counter[str] = Counter()
+        self.invalid_tags: Counter[str] = Counter()
+        self.metrics = Metrics.create(self.tp_rank)
+        if self.metrics is not None:
+            self.component.on_evict = self.metrics.evicted
+        self.tenants = TenantCounters()
+        self._start_policy()
+        logger.info(
+            "agentcache: policy %s (its core %s), lease %.0f s, tree core %s",
+            cfg.policy,
+            compiled.active(),
+            cfg.lease_s,
+            type(self.tree_core).__name__,
+        )
+
+    def _start_policy(self) -> None:
+        """A new policy, knowing no workflow and no node: at the start, and after each flush of the cache."""
+        cfg = self.config
         registry = WorkflowRegistry(lease_s=cfg.lease_s, max_active_per_tenant=cfg.max_workflows_per_tenant)
         graph_source = f"the call graph {cfg.call_graph_path}"
         predictor = (
@@ -94,30 +118,20 @@ class AgentCache(UnifiedRadixCache):
             # One rank: a slow forecast may fall back on the clock. Several: only on faults every rank sees.
             self.policy.predictor.budget_ms = PREDICTOR_BUDGET_MS
         install_policy(self, self.policy)
-        self.component: TaggedFullComponent = self.components[FULL]
-        self.component.on_policy_fault = self._policy_dropped
-        self.policy_faults: Counter[str] = Counter()  # where the policy raised (one inside eviction drops it)
-        self.now = 0.0
-        self._requests: OrderedDict[str, Tags] = OrderedDict()  # rid -> the tags the policy got
-        self.calls = Calls()  # the requests of each n group (one logical call) not yet released
-        self._prefetch_version = -1
-        self.counters: Counter[str] = Counter()
-        self.invalid_tags: Counter[str] = Counter()
-        self.metrics = Metrics.create(self.tp_rank)
         if self.metrics is not None:
-            self.component.on_evict = self.metrics.evicted
             for coverage in self.policy.coverages():
                 coverage.on_count = self.metrics.forecast
+        self._prefetch_version = -1
         self.workflows = WorkflowRecords()
         self.views = WorkflowNodes()  # what the control routes read instead of the tree (server_ext/views.py)
-        self.tenants = TenantCounters()
-        logger.info(
-            "agentcache: policy %s (its core %s), lease %.0f s, tree core %s",
-            cfg.policy,
-            compiled.active(),
-            cfg.lease_s,
-            type(self.tree_core).__name__,
-        )
+
+    def reset(self) -> None:
+        """SGLang's /flush_cache (run only while no request is in flight): the tree emptied, and the policy started
+        over as on a fresh server. Its state named the nodes just dropped, and what it had learned (forecasts,
+        timings, reuse) would carry into whatever runs next: a benchmark's next repetition, say."""
+        super().reset()
+        if hasattr(self, "component"):  # SGLang's own constructor may reset before ours has run
+            self._start_policy()
 
     # -- requests
 
