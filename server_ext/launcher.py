@@ -96,13 +96,17 @@ class ServeOptions:
 
 # SGLang loads only the plugins this names; a name no plugin has means none (plain SGLang).
 NO_PLUGINS = "none"
+# glibc hands a freed block of 1 MB or more back to the system at once. By default it raises that threshold (up to
+# 32 MB) each time it frees a large block and keeps the freed heap below it: an HTTP process that had served a few
+# 1 MB bodies held 150-300 MB of freed heap for good (docs/design/reliability.md). Set unless the environment does.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 
 def sglang_command(opts: ServeOptions, model_path: str) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start SGLang with the plugin (or, with plugin=False, without)."""
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path]
     cmd += ["--host", opts.host, "--port", str(opts.port)]
-    env = dict(os.environ)
+    env = {**MALLOC_ENV, **os.environ}
     if not opts.plugin:
         env["SGLANG_PLUGINS"] = NO_PLUGINS
     else:
