@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import sys
 
-from pages import RESULTS, ROOT, load, render_again, save, template, write_between_markers
+from pages import RESULTS, ROOT, load, provenance, render_again, save, template, write_between_markers
 
 from agentcache.bench.runner import runs_on_plain_sglang
 from agentcache.policy import PolicySpec
@@ -115,6 +115,7 @@ def main() -> None:
         write_table(load(name)["policies"], name)
         return
     name = page_name(extra)
+    made = provenance()  # before the bench writes its plot, a tracked file that would make the tree look dirty
     command = [str(ROOT / ".venv/bin/agentcache"), "bench", "--json", "--plot", str(RESULTS / f"img/{name}.png")]
     # stderr: the progress bar
     proc = subprocess.run(command + bench_arguments(extra), stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -122,7 +123,7 @@ def main() -> None:
     if proc.returncode != 0:
         sys.exit(proc.returncode)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    save(name, lambda saved: markdown(saved["policies"], extra), {"policies": summary})
+    save(name, lambda saved: markdown(saved["policies"], extra), {**made, "policies": summary})
     write_table(summary, name)
 
 
