@@ -51,8 +51,9 @@ class DemoOptions:
     # histories for, each history growing with every tool's output past its agent's fixed prompt.
     workflows: int = 8
     concurrency: int = 6
-    # KV tokens: the shared head (chat template and tools, about 370) and the seven agents' fixed prompts (about
-    # 1,900 in all), and the histories of about three of the six workflows in flight (each grows to 500-1,500).
+    # KV tokens: the fixed prompts (a head all share, the chat template and the tools, about 370 tokens, then about
+    # 230 for each of the seven agents: about 2,000 in all) and the histories of about three of the six workflows
+    # in flight (each grows from about 150 to 1,200 tokens); requests of 750 to 1,800 tokens.
     capacity: int = 5000
     system_words: int = 60  # each agent's fixed prompt
     task_words: int = 40  # the task or claim a workflow starts from
