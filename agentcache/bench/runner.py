@@ -20,7 +20,7 @@ from agentcache.policy import PolicySpec
 from agentcache.policy.spec import SGLANG_STRATEGIES
 from agentcache.trace import Trace
 
-# SGLang's default, its best plain strategy on our workloads, its session cache over that, and ours.
+# SGLang's default (lru), one flag away (lfu), its session cache over lfu (the issue 51 baseline), and ours.
 DEFAULT_POLICIES = "lru,lfu,session-lfu,pbkv"
 # On CPU the engine runs one torch thread: with one per core, a run's timing hinged on whether any other
 # process held a core (a spinning thread waiting for a descheduled one made single runs up to 15x slower).
