@@ -31,6 +31,7 @@ import platform
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 
 from pages import RESULTS, progress, render_again, save, template
@@ -38,7 +39,7 @@ from suite import mean_prompt, suite
 
 from agentcache.replay.runner import PreparedTrace
 from agentcache.replay.scale_out import ROUTINGS, replay_cluster
-from agentcache.trace import End, Request, Segment, Trace
+from agentcache.trace import Event, Request, Segment, Trace
 
 INSTANCES = (2, 4, 8)
 TARGET_UTILIZATION = 0.9
@@ -61,12 +62,12 @@ def tiled(trace: Trace, copies: int) -> Trace:
     for event in trace.events:
         starts.setdefault(event.workflow, event.ts)
     span = (max(e.ts for e in trace.events) - min(starts.values())) or 1.0
-    events: list[tuple[float, int, int, Request | End]] = []
+    events: list[tuple[float, int, int, Event]] = []
     for copy in range(copies):
         shift, tag = copy * span / copies, f"#{copy}" if copy else ""
         for order, e in enumerate(trace.events):
-            if isinstance(e, End):
-                events.append((e.ts + shift, copy, order, End(e.ts + shift, e.workflow + tag)))
+            if not isinstance(e, Request):  # an end, a tool call: its workflow's copy, at its time
+                events.append((e.ts + shift, copy, order, replace(e, ts=e.ts + shift, workflow=e.workflow + tag)))
                 continue
             segments = tuple(
                 s if i < e.fixed else Segment(s.content_id + tag, s.tokens) for i, s in enumerate(e.segments)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentcache.predictor.base import DEFAULT_HORIZON, END, Forecast, Predictor
-from agentcache.trace import End, Trace
+from agentcache.trace import End, Request, Trace
 
 
 class OraclePredictor(Predictor):
@@ -40,6 +40,7 @@ class OraclePredictor(Predictor):
         for event in trace.events:
             if isinstance(event, End):
                 open_requests.pop(event.workflow, None)
+            if not isinstance(event, Request):  # ends, and events between requests (tools)
                 continue
             earlier = open_requests.setdefault(event.workflow, [])
             for i in earlier[-self.horizon :]:  # the requests this one is within the horizon of

@@ -232,6 +232,7 @@ def test_the_workload_tells_each_server_where_workflows_end_its_own_way(lifecycl
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from agentcache.bench.workload import Lifecycle, TokenMaker, Workload
+    from agentcache.trace import ToolStart
 
     heard = []
 
@@ -251,7 +252,8 @@ def test_the_workload_tells_each_server_where_workflows_end_its_own_way(lifecycl
             self.end_headers()
             self.wfile.write(data)
 
-    trace = generate("code-retry", GenConfig(workflows=2, seed=1))
+    trace = generate("tool-use", GenConfig(workflows=2, seed=1))  # its tool events are not sent (yet)
+    assert any(isinstance(e, ToolStart) for e in trace.events)
     workflows = {r.workflow for r in trace.requests}
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
     threading.Thread(target=server.serve_forever, daemon=True).start()

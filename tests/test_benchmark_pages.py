@@ -52,6 +52,23 @@ def test_scale_out_pages_are_their_figures():
                 assert [run["routing"] for run in pace["runs"]] == list(scale_out.ROUTINGS)
 
 
+def test_scale_out_tiles_every_event_of_a_trace_with_tool_calls():
+    """Each copy has its own workflows: requests, ends and tool calls alike, at the copy's times."""
+    import scale_out
+
+    from agentcache.trace import ToolEvent
+    from agentcache.workloads import GenConfig, generate
+
+    trace = generate("tool-use", GenConfig(workflows=4, seed=1))
+    tiled = scale_out.tiled(trace, 3)
+    assert len(tiled.events) == 3 * len(trace.events)
+    assert sorted(type(e).__name__ for e in tiled.events) == sorted(3 * [type(e).__name__ for e in trace.events])
+    tools = [e for e in tiled.events if isinstance(e, ToolEvent)]
+    assert {e.workflow for e in tools} <= {e.workflow for e in tiled.requests} and len(tools) == 3 * sum(
+        isinstance(e, ToolEvent) for e in trace.events
+    )
+
+
 def test_scale_out_verdicts_are_on_the_medians_over_the_paces():
     """workflow-aware ahead of both baselines at the calibrated pace alone, behind 1% either side: the row's
     verdict is the medians', and the page says which paces it held at."""

@@ -725,7 +725,8 @@ def test_naming_pbkvs_default_forecaster_gives_exactly_the_default_pbkv():
     assert replay_policy(prepared, "pbkv", capacity, predictor=named).hit_tokens == default.hit_tokens
 
 
-def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_traces):
+@pytest.mark.parametrize("family", ["fact-verify", "tool-use"])  # tool-use: tool events between requests
+def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_traces, family):
     """`--predictor oracle`: what perfect forecasts would give pbkv. Each request's forecast is its workflow's
     real next agents (END once it has no more), a new workflow's is learned online, and a report that is not
     the trace's next request fails loudly rather than forecast another workflow's future."""
@@ -733,7 +734,7 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
     from agentcache.predictor import END, PredictorSpec
     from agentcache.predictor.base import DEFAULT_HORIZON
 
-    trace = small_traces["fact-verify"]
+    trace = small_traces[family]
     oracle = PredictorSpec.parse("oracle").build(trace=trace)
     policy = PBKVPolicy(predictor=oracle)
     requests = trace.requests
@@ -746,8 +747,8 @@ def test_the_oracle_forecaster_tells_pbkv_each_workflows_real_next_agents(small_
     assert oracle.inner.order == DEFAULT_ORDER, "new workflows forecast as by pbkv's own forecaster"
     # Out of the trace's order: the replay stops, through pbkv's forecast guard too (no fallback forecasts).
     out_of_order = PBKVPolicy(predictor=PredictorSpec.parse("oracle").build(trace=trace))
-    with pytest.raises(ValueError, match="request 0 of the trace .* comes from 'decomposer' of workflow"):
-        out_of_order.on_request(Tags(workflow="w", agent="verifier"), 0.0)
+    with pytest.raises(ValueError, match=f"request 0 of the trace .* comes from '{requests[0].agent}' of workflow"):
+        out_of_order.on_request(Tags(workflow="w", agent="not-" + requests[0].agent), 0.0)
     with pytest.raises(ValueError, match="replay only"):
         PredictorSpec.parse("oracle").build()  # a server, or eval-predictor, has no future to read
     with pytest.raises(ValueError, match="never name a wrong agent"):

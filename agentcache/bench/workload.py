@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from agentcache.trace import End, Request, Trace
+from agentcache.trace import End, Event, Request, Trace
 
 # The default workload: a group chat (agents take turns on a shared, growing conversation), small enough to
 # run in minutes on 2 cores, sent fast enough that requests overlap and the cache is contended.
@@ -66,7 +66,7 @@ def as_served(trace: Trace, token_scale: float = TOKEN_SCALE, max_new_tokens: in
     """The trace as a bench run's server sees it, for a replay of exactly that workload: segments scaled as
     TokenMaker scales them, outputs capped as the requests cap them, and no output reused (the model's own
     output replaces the trace's, so a later prompt that re-sends the trace's output computes it afresh)."""
-    events: list[Request | End] = []
+    events: list[Event] = []
     for e in trace.events:
         if isinstance(e, Request):
             segments = tuple(s._replace(tokens=scaled_tokens(s.tokens, token_scale)) for s in e.segments)
@@ -128,9 +128,10 @@ class Workload:
         """Send the whole workload; every answer, and the completion time (first request to last answer).
 
         With sessions, a workflow that never ends keeps its session open, as on a real server."""
-        by_workflow: dict[str, list[Any]] = {}
+        by_workflow: dict[str, list[Request | End]] = {}
         for e in self.trace.events:
-            by_workflow.setdefault(e.workflow, []).append(e)
+            if isinstance(e, (Request, End)):  # a trace's tool events are not sent (the SDK's own, issue 52)
+                by_workflow.setdefault(e.workflow, []).append(e)
         sent: list[Sent] = []
         start = time.monotonic()
         last_answer = start
