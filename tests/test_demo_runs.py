@@ -59,7 +59,7 @@ def closes():
 
 def apps_of(completions: Completions) -> DemoApps:
     client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
-    return DemoApps(client, model="default", tool_pause_s=0.0)
+    return DemoApps(client, model="default", tool_pauses_s={})
 
 
 def test_a_session_run_sends_each_workflows_session_with_every_call_and_closes_it_at_its_end(closes):

@@ -42,6 +42,10 @@ TOOLS = [
     for name in ("run_tests", "search_web", "read_file", "write_file")
 ]
 
+# How long each tool runs, on average (each call 0.5x to 1.5x): a test suite takes far longer than a search, as in
+# real apps, so whose history is needed next depends on which tool each workflow waits for.
+TOOL_PAUSES_S = {"run_tests": 0.8, "search_web": 0.3}
+
 # The SGLang session of the workflow running in this task (session-* runs only): each call carries it.
 _session: ContextVar[str | None] = ContextVar("agentcache_demo_session", default=None)
 
@@ -65,7 +69,7 @@ class DemoApps:
     task_words: int = 40
     tool_words: int = 60
     max_tokens: int = 8
-    tool_pause_s: float = 0.4
+    tool_pauses_s: dict[str, float] = field(default_factory=lambda: dict(TOOL_PAUSES_S))
     records: list[Sent] = field(default_factory=list)
     on_answer: Callable[[], None] | None = None
 
@@ -106,7 +110,7 @@ class DemoApps:
         return "".join(text)
 
     async def tool(self, rng: random.Random, history: list[dict[str, str]], name: str) -> None:
-        await asyncio.sleep(self.tool_pause_s * rng.uniform(0.5, 1.5))
+        await asyncio.sleep(self.tool_pauses_s.get(name, 0.0) * rng.uniform(0.5, 1.5))
         history.append({"role": "user", "content": f"[{name} output] " + _text(rng, self.tool_words)})
 
     async def code_assistant(self, seed: int) -> None:

@@ -49,7 +49,7 @@ class DemoOptions:
     repeat: int = 3
     # A deployment's shape, small enough for 2 CPU cores: more workflows in flight than the cache holds
     # histories for, each history growing with every tool's output past its agent's fixed prompt.
-    workflows: int = 8
+    workflows: int = 12
     concurrency: int = 6
     # KV tokens: the fixed prompts (a head all share, the chat template and the tools, about 370 tokens, then about
     # 230 for each of the seven agents: about 2,000 in all) and the histories of about three of the six workflows
