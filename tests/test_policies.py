@@ -377,6 +377,34 @@ def test_retired_ages_value_a_node_by_its_chance_of_a_read_before_eviction_at_it
     assert roomy.value(["newcomer"], 1.0) == roomy.value([], 1.0)  # no evidence of its own: every agent's
 
 
+def test_retired_ages_keep_a_shared_prefix_read_at_a_slow_steady_rate_past_the_turnover():
+    """Chat where each request is a workflow of its own, ended at once, and a prompt prefix that no tag names
+    (a system prompt sent as plain text) is shared by many of them: nodes read by one request at most are
+    evicted by 30 s, so by raw age the prefix, read once a minute, is worth nothing at 100 s idle and goes
+    before a question asked 2 s ago (LRU's order, below lfu's). Counted in its own mean interval between the
+    requests whose cached prefix ended at it, the prefix is young, and its class of nodes is read again."""
+    policy = make_policy("pbkv")
+    shared = Node("system")
+    for i in range(9):  # the first request writes the prefix, the next eight read it and go on past it
+        touch(policy, [shared, Node(f"q{i}")], f"turn-{i}", "chat", 60.0 * i, matched=10 if i else 0)
+        policy.on_end(WorkflowKey("", f"turn-{i}"), 60.0 * i)
+    assert tags_of(shared).stops == 8 and tags_of(shared).hits == 8
+    ages = policy.retired_ages
+    for _ in range(20):
+        ages.read(["chat"], 5.0, 100)  # one request's nodes: some read again soon,
+        ages.evicted(["chat"], 30.0, 400)  # most evicted by 30 s
+        ages.read(["chat"], 3.0, 100, stops=8)  # shared prefixes, in their own intervals: read again
+    ages.freeze()
+    question = Node("question")
+    now = 60.0 * 8 + 100.0
+    touch(policy, [question], "turn-q", "chat", now - 2.0)
+    policy.on_end(WorkflowKey("", "turn-q"), now - 2.0)
+    touch(policy, [Node("other")], "turn-o", "other", now)  # the clock moves on
+    assert RetiredAges.age_unit(tags_of(shared)) == pytest.approx(60.0)
+    assert RetiredAges.age_unit(tags_of(question)) == 1.0  # never read: counted in seconds
+    assert eviction_order(policy, [shared, question]) == ["question", "system"]
+
+
 def test_retired_ages_rekey_a_node_when_its_age_enters_another_bucket():
     """A retired key reads the node's age: the engine's heap learns that it changed when the age crosses
     into the next bucket, without the node being touched."""

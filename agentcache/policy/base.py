@@ -62,6 +62,9 @@ class NodeTags:
     past_fixed: bool = False
     last_access: float = 0.0  # policy clock (seconds) at the last touch
     hits: int = 0  # requests that reused c from cache
+    # Requests whose cached prefix ended at c (they read c and then computed what follows): where several did,
+    # c is a prefix that many continuations share (not copied to the new parent of a split: none ended there).
+    stops: int = 0
     depth: int = 0  # tokens from the root to the end of c
     created: float = 0.0  # policy clock at the first touch
     in_prompt: bool = False  # some request's prompt covered c (else c is generated output no prompt re-sent yet)
@@ -264,6 +267,8 @@ class CachePolicy(ABC):
                 t.past_fixed = True
             if finished and depth <= matched:
                 t.hits += 1
+                if depth == matched:
+                    t.stops += 1
             if prompt_tokens is None or depth <= prompt_tokens:
                 t.in_prompt = True
             t.last_access = now

@@ -158,7 +158,8 @@ class PBKVPolicy(CachePolicy):
 
     def on_evicted(self, t: NodeTags, tokens: int, node_class: str) -> None:
         if self.ingredients.retired_ages and node_class == NodeClass.RETIRED and not t.fixed_agents:
-            self.retired_ages.evicted(latest_agents(t), self.timing.now - t.last_access, tokens)
+            ages = self.retired_ages
+            ages.evicted(latest_agents(t), (self.timing.now - t.last_access) / ages.age_unit(t), tokens, t.stops)
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.forecasts.moved(state)
@@ -187,7 +188,8 @@ class PBKVPolicy(CachePolicy):
                 if self.ingredients.retired_evidence:
                     self.retired_reads.read(agents)
                 if self.ingredients.retired_ages:
-                    self.retired_ages.read(agents, self.timing.now - t.last_access, node_tokens(node))
+                    ages = self.retired_ages
+                    ages.read(agents, (self.timing.now - t.last_access) / ages.age_unit(t), node_tokens(node), t.stops)
 
     def _refresh(self) -> None:
         """Recompute what changes with time alone (Demand.refresh); every key at a new epoch, with the evidence

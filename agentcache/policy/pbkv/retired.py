@@ -16,6 +16,10 @@ from agentcache.policy.pbkv.reuse import REUSE_PRIOR, agent_counts
 AGE_RESOLUTION_S = 0.05
 AGE_BUCKETS = 64
 AGE_HALF_EVENTS = 4096
+# Reuse classes (RetiredAges.reuse_class): nodes where at most 1, 2-3, 4-7, 8 or more requests' cached prefixes
+# ended. A shared prefix's age is counted in its own mean interval between such reads, at least MIN_AGE_UNIT_S.
+REUSE_CLASSES = 4
+MIN_AGE_UNIT_S = AGE_RESOLUTION_S
 
 
 class RetiredReads:
@@ -88,14 +92,17 @@ class RetiredAges:
     tier stays LRU."""
 
     def __init__(self) -> None:
-        # agent -> [tokens read again per age bucket, tokens evicted per age bucket]; least recent first
+        # agent -> [tokens read again, tokens evicted], each per (reuse class, age bucket) at
+        # class * AGE_BUCKETS + bucket; least recent first
         self._counts: OrderedDict[str, tuple[list[float], list[float]]] = OrderedDict()
-        self._all = ([0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS)
+        self._all = _no_counts()
         self._events = 0
         self._changed: set[str] = set()  # agents counted since the last freeze
-        # What value() answers from, as of the last freeze(): per age bucket, the chance of a read before
-        # eviction, per agent and every agent's (None: no read yet).
-        self._chances: dict[str, list[float]] = {}
+        # What value() answers from, as of the last freeze(): per reuse class, the chance of a read before
+        # eviction per age bucket (None: no evidence in that class), per agent and every agent's; and every
+        # agent's over all classes (None: no read yet), for a class without any evidence.
+        self._chances: dict[str, list[list[float] | None]] = {}
+        self._by_class: list[list[float] | None] = [None] * REUSE_CLASSES
         self._chance: list[float] | None = None
 
     @property
@@ -107,56 +114,103 @@ class RetiredAges:
     def bucket(age: float) -> int:
         return min(AGE_BUCKETS - 1, int(2.0 * math.log2(1.0 + max(0.0, age) / AGE_RESOLUTION_S)))
 
+    @staticmethod
+    def reuse_class(stops: int) -> int:
+        """A node's reuse class by the requests whose cached prefix ended at it: at most 1, 2-3, 4-7, 8 or more."""
+        return min(REUSE_CLASSES - 1, max(0, stops.bit_length() - 1))
+
+    @staticmethod
+    def age_unit(t: NodeTags) -> float:
+        """What a node's age is counted in: seconds, but for a prefix where several requests' cached prefixes
+        ended (a shared prefix, not one conversation's chain) its own mean interval between those reads, so
+        that a prefix read every few minutes is as young at two minutes idle as one read every few seconds is
+        at two seconds, and both outlast the cache's turnover as long as their readers keep coming."""
+        if t.stops < 2:
+            return 1.0
+        interval = (t.last_access - t.created) / t.stops
+        return interval if interval > MIN_AGE_UNIT_S else MIN_AGE_UNIT_S
+
     @classmethod
     def bucket_end(cls, age: float) -> float:
         """The age at which `age`'s bucket ends (infinite for the last)."""
         b = cls.bucket(age)
         return math.inf if b == AGE_BUCKETS - 1 else AGE_RESOLUTION_S * (2.0 ** ((b + 1) / 2.0) - 1.0)
 
-    def read(self, agents: Iterable[str], age: float, tokens: int) -> None:
-        self._count(0, agents, age, tokens)
+    def read(self, agents: Iterable[str], age: float, tokens: int, stops: int = 0) -> None:
+        self._count(0, agents, age, tokens, stops)
 
-    def evicted(self, agents: Iterable[str], age: float, tokens: int) -> None:
-        self._count(1, agents, age, tokens)
+    def evicted(self, agents: Iterable[str], age: float, tokens: int, stops: int = 0) -> None:
+        self._count(1, agents, age, tokens, stops)
 
-    def _count(self, kind: int, agents: Iterable[str], age: float, tokens: int) -> None:
-        b = self.bucket(age)
+    def _count(self, kind: int, agents: Iterable[str], age: float, tokens: int, stops: int) -> None:
+        b = self.reuse_class(stops) * AGE_BUCKETS + self.bucket(age)
         self._all[kind][b] += tokens
         for agent in agents:
-            counts = agent_counts(self._counts, agent, lambda: ([0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS))
+            counts = agent_counts(self._counts, agent, _no_counts)
             counts[kind][b] += tokens
             self._changed.add(agent)
         self._events += 1
         if self._events % AGE_HALF_EVENTS == 0:  # halving moves no chance: only the weight of what comes next
             for reads, evictions in (self._all, *self._counts.values()):
-                for i in range(AGE_BUCKETS):
+                for i in range(len(reads)):
                     reads[i] *= 0.5
                     evictions[i] *= 0.5
 
     def freeze(self) -> None:
         """Recompute the chances of every agent counted since the last freeze, and every agent's."""
-        if not any(self._all[0]):
-            self._chance, self._chances = None, {}
+        reads, evictions = self._all
+        if not any(reads):
+            self._chance, self._chances, self._by_class = None, {}, [None] * REUSE_CLASSES
             self._changed.clear()
             return
-        self._chance = _read_chances(*self._all)
+        pooled_reads, pooled_evictions = [0.0] * AGE_BUCKETS, [0.0] * AGE_BUCKETS
+        for c in range(REUSE_CLASSES):
+            for b in range(AGE_BUCKETS):
+                pooled_reads[b] += reads[c * AGE_BUCKETS + b]
+                pooled_evictions[b] += evictions[c * AGE_BUCKETS + b]
+        self._chance = _read_chances(pooled_reads, pooled_evictions)
+        self._by_class = _class_chances(self._all)
         chances, counts = self._chances, self._counts
         for agent in self._changed:
             of_agent = counts.get(agent)
             if of_agent is not None:
-                chances[agent] = _read_chances(*of_agent)
+                chances[agent] = _class_chances(of_agent)
         if len(chances) > len(counts):  # agents forgotten by the counts
             self._chances = {agent: chances[agent] for agent in counts if agent in chances}
         self._changed.clear()
 
-    def value(self, agents: Iterable[str], age: float) -> float:
-        """The chance that a retired node of `agents` at `age` is read before it is evicted (the most any of
-        them gives; every agent's for an agent without evidence of its own)."""
+    def value(self, agents: Iterable[str], age: float, stops: int = 0) -> float:
+        """The chance that a retired node of `agents` at `age` (in its age_unit), where `stops` requests' cached
+        prefixes ended, is read before it is evicted (the most any of them gives). An agent without evidence of
+        its own in the node's reuse class takes every agent's; a class without any evidence, every class's."""
         chance = self._chance
         if chance is None:
             return 0.0
-        b, chances = self.bucket(age), self._chances
-        return max((chances.get(agent, chance)[b] for agent in agents), default=chance[b])
+        c, b = self.reuse_class(stops), self.bucket(age)
+        fallback = self._by_class[c] or chance
+        chances, best, any_agent = self._chances, 0.0, False
+        for agent in agents:
+            any_agent = True
+            of_agent = chances.get(agent)
+            curve = (of_agent[c] if of_agent is not None else None) or fallback
+            if curve[b] > best:
+                best = curve[b]
+        return best if any_agent else fallback[b]
+
+
+def _no_counts() -> tuple[list[float], list[float]]:
+    return [0.0] * (REUSE_CLASSES * AGE_BUCKETS), [0.0] * (REUSE_CLASSES * AGE_BUCKETS)
+
+
+def _class_chances(counts: tuple[list[float], list[float]]) -> list[list[float] | None]:
+    """Per reuse class, _read_chances of its age buckets (None for a class without any evidence)."""
+    reads, evictions = counts
+    out: list[list[float] | None] = []
+    for c in range(REUSE_CLASSES):
+        lo, hi = c * AGE_BUCKETS, (c + 1) * AGE_BUCKETS
+        seen = any(reads[lo:hi]) or any(evictions[lo:hi])
+        out.append(_read_chances(reads[lo:hi], evictions[lo:hi]) if seen else None)
+    return out
 
 
 def _read_chances(reads: list[float], evictions: list[float]) -> list[float]:

@@ -116,9 +116,11 @@ class Ranking:
         ingredients, ages = self.ingredients, self.retired_ages
         value = 0.0
         if ingredients.retired_ages and ages.learned:
-            age = self.timing.now - t.last_access
-            value = ages.value(latest_agents(t), age)
-            self.keys.rekey_at(t, t.last_access + ages.bucket_end(age))
+            # A shared prefix is aged in its own mean interval between reads (RetiredAges.age_unit).
+            unit = ages.age_unit(t)
+            age = (self.timing.now - t.last_access) / unit
+            value = ages.value(latest_agents(t), age, t.stops)
+            self.keys.rekey_at(t, t.last_access + ages.bucket_end(age) * unit)
         return (0, float(ingredients.retired_evidence and t.in_prompt), value, node.last_access_time)
 
     def read_rate(self, t: NodeTags) -> float:
