@@ -183,3 +183,10 @@ def test_the_line_where_ours_is_ahead_of_every_other_policy():
 
 def test_the_demo_compares_ours_with_lru_lfu_and_sglangs_session_cache_by_default():
     assert demo_run.DemoOptions().policies == ("lru", "lfu", "session-lfu", "pbkv")
+
+
+def test_the_servers_ports_are_checked_before_any_starts(capsys):
+    from agentcache.cli import main
+
+    assert main(["demo", "--port", "65534"]) == 2
+    assert "--port: the demo's 4 servers take --port and the ports after it; at most 65532" in capsys.readouterr().err

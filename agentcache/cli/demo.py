@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if args.workflows < 1 or args.concurrency < 1 or args.repeat < 1:
         raise UsageError("--workflows, --concurrency and --repeat must be >= 1")
     check_server_flags(args.port, args.capacity)
+    if not args.fresh_servers and args.port + len(specs) - 1 > 65535:
+        raise UsageError(
+            f"--port: the demo's {len(specs)} servers take --port and the ports after it; at most {65536 - len(specs)}"
+        )
     check_output("--record", args.record)
     if args.record and all(runs_on_plain_sglang(spec) for spec in specs):
         raise UsageError(f"--record: {args.policies} runs on plain SGLang only, whose requests are not tagged")
