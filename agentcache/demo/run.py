@@ -167,7 +167,7 @@ def measure_on_kept_servers(
                 stage(at("emptying its cache"))
                 flush(server.base_url, headers)
                 stage(at("running"))
-                sent, _makespan = result = run_workload(server.base_url, headers, spec)
+                sent, makespan = run_workload(server.base_url, headers, spec)
                 stats = {} if lifecycle_of(spec) is not Lifecycle.PLUGIN else server_stats(server.base_url, headers)
             except (httpx.HTTPError, BenchError) as exc:
                 raise BenchError(f"{at('').where}: {exc}") from exc
@@ -176,7 +176,7 @@ def measure_on_kept_servers(
                     f"{at('').where}: the policy raised during the run (in {', '.join(stats['policy_faults'])}); the"
                     f" server ran it as {stats['policy']!r} (log: {server.opts.log_path})"
                 )
-            runs.append(Run(policy, repetition, sent, result[1]))
+            runs.append(Run(policy, repetition, sent, makespan))
             stage(at("done"))
     return runs
 
