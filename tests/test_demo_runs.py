@@ -105,6 +105,7 @@ class FakeServer:
 
 
 def test_each_policy_gets_one_server_for_every_run_and_an_empty_cache_before_each(monkeypatch):
+    import agentcache.bench.runner as bench_runner
     import agentcache.server_ext.launcher as launcher
 
     FakeServer.started, FakeServer.stopped = [], []
@@ -113,7 +114,7 @@ def test_each_policy_gets_one_server_for_every_run_and_an_empty_cache_before_eac
     events: list[str] = []
     monkeypatch.setattr(demo_run, "warm_up", lambda url, *args: events.append(f"warm {url}"))
     monkeypatch.setattr(demo_run, "flush", lambda url, headers: events.append(f"flush {url}"))
-    monkeypatch.setattr(demo_run, "server_stats", lambda url, headers: {})
+    monkeypatch.setattr(bench_runner, "server_stats", lambda url, headers: {})  # what run_measured asks
 
     def workload(url, headers, spec):
         events.append(f"run {url}")

@@ -170,19 +170,28 @@ def measure(
                 stage(at("warming up"))
                 warm_up(server.base_url, headers, vocab_size, warmup_tokens, opts.warmup_requests)
                 stage(at("running"))
-                sent, makespan = run_workload(server.base_url, headers, spec)
-                stats = {} if runs_on_plain_sglang(spec) else server_stats(server.base_url, headers)
+                sent, makespan = run_measured(run_workload, spec, server.base_url, headers, options.log_path)
         except (ServerError, httpx.HTTPError, BenchError) as exc:
             raise BenchError(f"{where}: {exc}") from exc
-        if stats.get("policy_faults"):  # a policy that raised is no measure of the policy
-            log = f" (log: {options.log_path})" if options.log_path else ""
-            raise BenchError(
-                f"{where}: the policy raised during the run (in {', '.join(stats['policy_faults'])}); the server"
-                f" ran it as {stats['policy']!r}{log}"
-            )
         runs.append(Run(policy, repetition, sent, makespan))
         stage(at("done"))
     return runs
+
+
+def run_measured(
+    run_workload: WorkloadRunner, spec: PolicySpec, base_url: str, headers: dict[str, str], log_path: str | None
+) -> tuple[list[Sent], float]:
+    """One run of the workload; on the plugin, refused where the policy raised: that run is no measure of it."""
+    sent, makespan = run_workload(base_url, headers, spec)
+    if not runs_on_plain_sglang(spec):
+        stats = server_stats(base_url, headers)
+        if stats.get("policy_faults"):
+            log = f" (log: {log_path})" if log_path else ""
+            raise BenchError(
+                f"the policy raised during the run (in {', '.join(stats['policy_faults'])}); the server ran it as"
+                f" {stats['policy']!r}{log}"
+            )
+    return sent, makespan
 
 
 def server_stats(base_url: str, headers: dict[str, str]) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from agentcache.bench.runner import (
     WorkloadRunner,
     lifecycle_of,
     measure,
+    run_measured,
     serve_options,
-    server_stats,
     warm_up,
 )
 from agentcache.bench.runs import Run, run_order
@@ -167,15 +167,9 @@ def measure_on_kept_servers(
                 stage(at("emptying its cache"))
                 flush(server.base_url, headers)
                 stage(at("running"))
-                sent, makespan = run_workload(server.base_url, headers, spec)
-                stats = {} if lifecycle_of(spec) is not Lifecycle.PLUGIN else server_stats(server.base_url, headers)
+                sent, makespan = run_measured(run_workload, spec, server.base_url, headers, server.opts.log_path)
             except (httpx.HTTPError, BenchError) as exc:
                 raise BenchError(f"{at('').where}: {exc}") from exc
-            if stats.get("policy_faults"):  # a policy that raised is no measure of the policy
-                raise BenchError(
-                    f"{at('').where}: the policy raised during the run (in {', '.join(stats['policy_faults'])}); the"
-                    f" server ran it as {stats['policy']!r} (log: {server.opts.log_path})"
-                )
             runs.append(Run(policy, repetition, sent, makespan))
             stage(at("done"))
     return runs
