@@ -35,6 +35,7 @@ logger = logging.getLogger("agentcache")
 MODULES = (
     "agentcache.policy.workflows",
     "agentcache.policy.gaps",
+    "agentcache.policy.pauses",
     "agentcache.policy.kept_key",
     "agentcache.policy.base",
     "agentcache.policy.pbkv.ingredients",

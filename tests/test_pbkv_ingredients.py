@@ -243,7 +243,24 @@ def test_pending_off_counts_no_read_for_a_request_waiting_to_be_served():
     assert order(without("pending")) == ["coder_prompt", "idle"]
 
 
+def test_tools_off_values_a_path_waiting_on_a_tool_by_the_forecast_alone():
+    """An agent waiting on a tool calls next for certain: with `tools` its path outranks a workflow its
+    forecast favours; without, the forecast alone (the coder may stop there) ranks it below."""
+    forecast = {"coder": [{"coder": 0.5, END: 0.5}], "worker": [{"worker": 0.9, END: 0.1}]}
+
+    def order(ingredients: Ingredients) -> list[str]:
+        policy = PBKVPolicy(predictor=FixedForecast(forecast, horizon=1), ingredients=ingredients)
+        paused, busy = Node("paused"), Node("busy")
+        touch(policy, [paused], "w1", "coder", 0)
+        policy.on_tool_start(WorkflowKey("", "w1"), "coder", "run_tests", 1)
+        touch(policy, [busy], "w2", "worker", 2)
+        return eviction_order(policy, [paused, busy])
+
+    assert order(OURS) == ["busy", "paused"]
+    assert order(without("tools")) == ["paused", "busy"]
+
+
 def test_every_ingredient_has_a_test_here():
     tested = {"lifecycle", "current_paths", "reuse", "retired_evidence", "retired_ages", "fixed_by_forecast"}
-    tested |= {"arrivals", "timing", "evidence", "cost", "fallback", "pending"}
+    tested |= {"arrivals", "timing", "evidence", "cost", "fallback", "pending", "tools"}
     assert tested == {f.name for f in fields(Ingredients)}

@@ -16,8 +16,8 @@ replay benchmark) does these things:
    workflow's lease does not run out while it is in flight);
 5. ``policy.on_end(workflow, now)`` on a workflow's end event;
 6. ``policy.on_tool_start(workflow, agent, tool, now)`` and ``policy.on_tool_end(...)`` when an agent's tool
-   call begins and ends (its next call comes after the end); a policy that does not override them behaves
-   as if no tool event came;
+   call begins and ends (its next call comes after the end), kept in ``policy.pauses``; a policy that does
+   not hear them (``hears_tools`` False) behaves as if no tool event came;
 7. ``policy.priority(node)`` as the engine's eviction key (smallest first).
 """
 
@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Final, NamedTuple, Protocol
 from mypy_extensions import mypyc_attr
 
 from agentcache.policy.kept_key import KeptKey
+from agentcache.policy.pauses import Pauses
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
 from agentcache.tags import Tags, WorkflowKey
@@ -185,17 +186,23 @@ class CachePolicy(ABC):
         # The replay's oracle sets this before each request it serves: what the request's pair reads of its path
         # next (-1: not told, as on a server).
         self.told_reread = -1
+        self.pauses = Pauses(self.registry, self.on_pause)  # open tool pauses, and each (agent, tool)'s durations
+        self.hears_tools = True
 
     # -- events from the adapter
 
     def on_request(self, tags: Tags, now: float) -> WorkflowState:
         self.expire(now)
         state, previous = self.registry.observe(tags.key, tags.identity, now)
+        if self.pauses.open or self.pauses.returned:
+            self.pauses.request(state.id, tags.identity, now)  # its call ends its pause
         self.on_transition(state, previous)
         return state
 
     def expire(self, now: float) -> int:
-        """Retire every workflow whose lease ran out by `now`; how many did."""
+        """Retire every workflow whose lease ran out by `now` (pauses past their cut-off cut first); how many did."""
+        if self.pauses.holding:
+            self.pauses.cut(now)
         expired = self.registry.expire(now)
         for state in expired:
             self._retire(state)
@@ -218,13 +225,22 @@ class CachePolicy(ABC):
 
     def on_tool_start(self, workflow: WorkflowKey, agent: str, tool: str, now: float) -> None:
         """`agent` (an identity, as `Tags.identity`) of `workflow` called `tool` and waits on it: its next call
-        re-sends its latest path."""
+        re-sends its latest path. A workflow that is not active has nothing to keep: ignored."""
+        if self.hears_tools:
+            self.pauses.start(workflow, agent, tool, now)
 
     def on_tool_end(self, workflow: WorkflowKey, agent: str, tool: str, now: float) -> None:
         """`agent`'s call of `tool` returned (a start may have gone unheard, and a hung tool's end never comes)."""
+        if self.hears_tools:
+            self.pauses.end(workflow, agent, tool, now)
+
+    def pause_counts(self) -> dict[str, int]:
+        """`{"open": n, "cut_off": m}`: tool pauses open within their cut-off now, and pauses cut off so far."""
+        return self.pauses.counts()
 
     def _retire(self, state: WorkflowState) -> None:
         self.latest.pop(state.id, None)
+        self.pauses.drop(state.id)
         self.on_workflow_retired(state)
 
     def tag_path(
@@ -313,6 +329,9 @@ class CachePolicy(ABC):
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         """A workflow ended or its lease ran out."""
+
+    def on_pause(self, workflow: WorkflowKey, now: float) -> None:
+        """A tool pause of the (active) workflow began, ended or was cut off at `now` (see ``pauses``)."""
 
     def on_latest_dropped(self, workflow: WorkflowKey, agent: str, latest: Latest) -> None:
         """The pair's `latest` path was forgotten (MAX_AGENTS_PER_WORKFLOW): its nodes are on no latest path."""

@@ -44,6 +44,11 @@ class GapModel:
     def mean(self) -> float:
         return self._total / len(self._sorted) if self._sorted else 0.0
 
+    def quantile(self, q: float) -> float:
+        """The q-quantile of the window (its smallest value above a share q of it); 0.0 when empty."""
+        gaps = self._sorted
+        return gaps[min(int(q * len(gaps)), len(gaps) - 1)] if gaps else 0.0
+
     def residual(self, idle: float) -> float:
         """E[G - idle | G > idle]; `idle` itself when no recorded gap was ever that long."""
         gaps = self._sorted

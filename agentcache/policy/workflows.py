@@ -8,7 +8,9 @@ aborted), and never runs out while one of its requests is in flight (queued or
 running), however long a saturated server keeps it. A release can be lost (a
 scheduler path that drops a request without telling the cache): a workflow
 whose newest request arrived ``IN_FLIGHT_LEASES`` leases ago counts as holding
-none, so no lost release pins it for longer.
+none, so no lost release pins it for longer. A tool event is activity, and an open
+tool pause counts as activity up to its cut-off (``hold``), never longer: a hung
+tool does not pin its workflow.
 Only active workflows are kept, so the registry stays bounded; an id it does
 not know counts as retired, which is all a node's bookkeeping needs.
 """
@@ -34,7 +36,9 @@ class WorkflowState:
     last_seen: float
     path: list[str] = field(default_factory=list)  # agents called so far, in order
     in_flight: int = 0  # its requests that arrived and were not released yet (finished or aborted)
-    last_active: float = 0.0  # its last arrival or release: where its lease counts from
+    last_active: float = 0.0  # its last arrival, release or tool event: where its lease counts from
+    # Until when an open tool pause counts as its activity (the pause's cut-off; agentcache.policy.pauses).
+    held_until: float = 0.0
     # The active workflows of its tenant's principal (itself included), least recent request first.
     peers: OrderedDict[WorkflowKey, None] | None = field(default=None, compare=False, repr=False)
 
@@ -120,6 +124,29 @@ class WorkflowRegistry:
             self._idle[workflow] = state  # last: its latest activity
         return True
 
+    def touch(self, workflow: WorkflowKey, now: float) -> None:
+        """Something of `workflow` happened at `now` (a tool event): its lease counts from then."""
+        state = self.by_id.get(workflow)
+        if state is None or now <= state.last_active:
+            return
+        state.last_active = now
+        if not state.in_flight:
+            self._idle.move_to_end(workflow)  # last: its latest activity
+
+    def hold(self, workflow: WorkflowKey, until: float) -> None:
+        """The open tool pauses of `workflow` count as its activity until `until` (0.0: none is open)."""
+        state = self.by_id.get(workflow)
+        if state is not None:
+            state.held_until = until
+
+    def _paused(self, state: WorkflowState, now: float) -> bool:
+        """Whether an open pause keeps the lease of `state` (run out by its last activity) from running out by
+        `now`: the pause is activity up to its cut-off."""
+        if state.held_until <= state.last_active:
+            return False
+        state.last_active = min(state.held_until, now)
+        return now - state.last_active < self.lease_s
+
     def end(self, workflow: WorkflowKey) -> WorkflowState | None:
         """Retire `workflow`; returns its last state, or None when it was not active."""
         return self._retire(workflow, expired=False)
@@ -137,13 +164,17 @@ class WorkflowRegistry:
             state.in_flight = 0
             del held[state.id]
             idle[state.id] = state
-            if now - state.last_active >= self.lease_s:  # else it waits behind more recent ones: by under a lease
+            # Else it waits behind more recent ones: by under a lease.
+            if now - state.last_active >= self.lease_s and not self._paused(state, now):
                 self._retire(state.id, expired=True)
                 expired.append(state)
         while idle:
             state = next(iter(idle.values()))
             if now - state.last_active < self.lease_s:
                 break
+            if self._paused(state, now):  # behind more recent ones: it retires by under a lease late at most
+                idle.move_to_end(state.id)
+                continue
             self._retire(state.id, expired=True)
             expired.append(state)
         return expired

@@ -19,6 +19,8 @@ class Forecasts:
         # workflow -> v_w(a), refreshed on its transitions; workflows at the same point share one (read-only)
         self.values: dict[WorkflowKey, dict[str, float]] = {}
         self.next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching (shared)
+        # workflow -> its forecast's values, while `values` holds those of its pause (paused)
+        self._unpaused: dict[WorkflowKey, dict[str, float]] = {}
         # each forecast's v(a) and P^(1)(a), read once for every workflow at the same point
         self._read: PerForecast[tuple[dict[str, float], dict[str, float]]] = PerForecast(MAX_READ_FORECASTS)
 
@@ -34,11 +36,33 @@ class Forecasts:
             read = (self.discounted(rows), next_agents)
             self._read.put(rows, read)
         self.values[state.id], self.next[state.id] = read
+        if self._unpaused:
+            self._unpaused.pop(state.id, None)
+
+    def paused(self, workflow: WorkflowKey, waiting: list[str]) -> None:
+        """The workflow's next caller is one of `waiting` (agents waiting on a tool, or back from one): each is
+        called at the next step for certain, what the forecast says then follows a step later,
+        v(a) = [a waiting] + gamma v_w(a). With none waiting, the forecast's own values again."""
+        own = self._unpaused.pop(workflow, None)
+        if own is None:
+            own = self.values.get(workflow)
+            if own is None:  # not active
+                return
+        if not waiting:
+            self.values[workflow] = own
+            return
+        gamma = self.gamma
+        values = {a: gamma * v for a, v in own.items()}
+        for agent in waiting:
+            values[agent] = values.get(agent, 0.0) + 1.0
+        self.values[workflow] = values
+        self._unpaused[workflow] = own
 
     def ended(self, state: WorkflowState) -> None:
         self.predictor.observe(state.path, END)
         self.values.pop(state.id, None)
         self.next.pop(state.id, None)
+        self._unpaused.pop(state.id, None)
 
     def discounted(self, rows: list[dict[str, float]]) -> dict[str, float]:
         """sum_k gamma^(k-1) row_k(a) for every agent a."""

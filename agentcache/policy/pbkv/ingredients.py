@@ -22,6 +22,7 @@ class Ingredients:
     fallback: bool = True
     pending: bool = True
     reuse: bool = True
+    tools: bool = True
 
 
 DEFAULT = Ingredients()  # pbkv's own: every ingredient but cost
@@ -37,6 +38,7 @@ PAPER = Ingredients(
     fallback=False,
     pending=False,
     reuse=False,
+    tools=False,
 )
 
 

@@ -68,7 +68,8 @@ class PBKVPolicy(CachePolicy):
         chosen = predictor if predictor is not None else default_forecaster()
         self.forecasts = Forecasts(chosen, gamma, predictor_budget_ms)
         self.predictor = self.forecasts.predictor
-        self.timing = Timing(gamma, ingredients.timing)
+        self.hears_tools = ingredients.tools  # else as if no tool event came
+        self.timing = Timing(gamma, ingredients.timing, self.pauses if ingredients.tools else None)
         self.keys = EvictionKeys(ingredients)
         self.demand = Demand(ingredients, self.registry, self.timing, self.forecasts, self.keys)
         self.reuse = ReuseEvidence()
@@ -163,6 +164,19 @@ class PBKVPolicy(CachePolicy):
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
         self.forecasts.moved(state)
+        if state.id in self.pauses.open or state.id in self.pauses.returned:  # another agent of it still waits
+            self.forecasts.paused(state.id, self.pauses.waiting(state.id))
+
+    def on_pause(self, workflow: WorkflowKey, now: float) -> None:
+        """While an agent waits on a tool (or is back from one) its workflow's next caller is that agent, due when
+        the tool returns (Forecasts.paused, Timing): its path keeps its value by how soon that is."""
+        state = self.registry.get(workflow)
+        if state is None:
+            return
+        if now > self.timing.now:
+            self.timing.now = now
+        self.forecasts.paused(workflow, self.pauses.waiting(workflow))
+        self.demand.update(state)
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         self.forecasts.ended(state)

@@ -4,6 +4,7 @@ workflow's requests and the time between new workflows."""
 from __future__ import annotations
 
 from agentcache.policy.gaps import GapModel
+from agentcache.policy.pauses import Pauses
 from agentcache.policy.workflows import WorkflowState
 
 MAX_GAP_MODELS = 1024  # agents whose gap distribution is kept
@@ -12,9 +13,11 @@ MIN_AGENT_GAPS = 8  # fewer than this: use every workflow's gaps
 
 
 class Timing:
-    def __init__(self, gamma: float, timed: bool) -> None:
+    def __init__(self, gamma: float, timed: bool, pauses: Pauses | None = None) -> None:
         self.gamma = gamma
         self.timed = timed  # the `timing` ingredient: else every weight is 1
+        # The `tools` ingredient: a workflow whose agent waits on a tool is due when the tool returns.
+        self.pauses = pauses
         self.now = 0.0  # the policy clock, at the latest request
         self.gaps = GapModel()  # gaps between a workflow's consecutive requests
         self.gaps_after: dict[str, GapModel] = {}  # the same, by the agent of the earlier request
@@ -64,6 +67,11 @@ class Timing:
 
     def _weight(self, state: WorkflowState, gaps: GapModel, step_gap: float) -> float:
         self.weights_computed += 1
+        pauses = self.pauses
+        if pauses is not None and (state.id in pauses.open or state.id in pauses.returned):
+            due = pauses.due(state.id, self.now)  # the tool's residual duration, not the agent's gaps
+            if due >= 0.0:
+                return self.gamma ** (due / step_gap)
         return self.gamma ** (gaps.residual(self.now - state.last_seen) / step_gap)
 
     def _gaps_after(self, state: WorkflowState) -> GapModel:
