@@ -9,21 +9,21 @@ on the Python tree core, and adds:
 - per insert: a node boundary at that offset, and the path tagged with the
   request's workflow and agent (``checkpoint_into_tree``, through the routine
   the replay uses too: agentcache.engine.fixed_prompt);
-- control operations (end a workflow, statistics) applied in the scheduler
-  thread, in the order SGLang delivers them to every rank; what the read-only
-  ones answer is in server_ext/views.py.
+- control operations (end a workflow, a client's tool events, statistics)
+  applied in the scheduler thread, in the order SGLang delivers them to every
+  rank; what the read-only ones answer is in server_ext/views.py.
 
 A policy that raises never takes the scheduler down. Inside eviction it is
 dropped: the fault is logged with its traceback and counted (``policy_faults``
 in the statistics), and the worker evicts by SGLang's LRU from then on. In its
-bookkeeping (a request, a path's tags, an end) the fault is counted, the first
+bookkeeping (a request, a path's tags, an end, a tool event) the fault is counted, the first
 at each place logged, and the request served: one odd request must not cost
 every tenant the policy. Ranks run the same code on the same inputs, so they
 fault at the same point and keep deciding alike.
 
-The policy clock is the time the HTTP process stamped on each tagged request
-and end event, so every tensor-parallel rank sees the same clock and makes
-the same decisions.
+The policy clock is the time the HTTP process stamped on each tagged request,
+end and tool event (server_ext/control.py: server_clock), so every
+tensor-parallel rank sees the same clock and makes the same decisions.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ MAX_PENDING_REQUESTS = 1 << 16
 PREDICTOR_BUDGET_MS = 10.0  # a forecast slower than this is replaced by the fallback's
 # One decode step of the cost model's reference model (6 ms): the idle host-to-device time a prefetch may use.
 PREFETCH_STEP_S = 6e-3
+# A tool event's type -> where a fault in it is counted, and the policy's hook that hears it.
+_TOOL_HOOKS = {"tool_start": ("a tool start", "on_tool_start"), "tool_end": ("a tool end", "on_tool_end")}
 
 
 class AgentCache(UnifiedRadixCache):
@@ -280,6 +282,18 @@ class AgentCache(UnifiedRadixCache):
             self._count("unknown_end_events", tenant=tenant)
         return ended
 
+    def tool_events(self, tenant: str, ts: float, events: list[list[str]]) -> int:
+        """A client's tool events ([type, workflow, agent, tool], checked in the HTTP process: tool_events.py), heard
+        by the policy in the order they happened, each workflow and agent scoped to `tenant` as a tagged request's
+        are (Tags: the workflow key, the agent identity)."""
+        self.now = max(self.now, ts)
+        for kind, workflow, agent, tool in events:
+            tags = Tags(workflow=workflow, agent=agent, tenant=tenant)
+            where, hear = _TOOL_HOOKS[kind]
+            self._consult(where, getattr(self.policy, hear), tags.key, tags.identity, tool, self.now)
+            self._count(kind, tenant=tenant)
+        return len(events)
+
     def _consult(self, where: str, call: Callable[..., Any], *args: Any) -> Any:
         """`call` into the policy's bookkeeping, unless it was dropped; None where it raised (counted)."""
         if self.component.policy is None:
@@ -324,9 +338,12 @@ class AgentCache(UnifiedRadixCache):
         self.tenants.count(tenant, f"invalid_tags_{reason}")
         self._count(f"invalid_tags_{reason}")
 
-    def stats(self, tenant: str = "", operator: bool = True, page: Page = FIRST_PAGE) -> dict[str, Any]:
-        """Server-wide statistics for the operator; for a tenant, its own counts and workflows only (views.py)."""
-        return stats(self, tenant, operator, page)
+    def stats(
+        self, tenant: str = "", operator: bool = True, page: Page = FIRST_PAGE, decided: dict[str, int] | None = None
+    ) -> dict[str, Any]:
+        """Server-wide statistics for the operator; for a tenant, its own counts and workflows only (views.py).
+        `decided`: the HTTP process's counts of the tool events it skipped and refused."""
+        return stats(self, tenant, operator, page, decided or {})
 
 
 def _nodes_within(path: list[Any], tokens: int) -> int:

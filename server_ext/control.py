@@ -1,7 +1,7 @@
 """Control operations between the HTTP process and the scheduler processes.
 
-In the HTTP process, :class:`ControlChannel` sends each call (end a workflow,
-statistics, a workflow's view, the clock tick, a ping) to every scheduler over
+In the HTTP process, :class:`ControlChannel` sends each call (end a workflow, a
+batch of tool events, statistics, a workflow's view, the clock tick, a ping) to every scheduler over
 SGLang's own channel and matches each reply to its call; :class:`ExpiryTicker`
 sends the clock so that leases run out on an idle server too. In each
 scheduler, :func:`handle_control` applies the call in the scheduler's own
@@ -28,6 +28,12 @@ logger = logging.getLogger("agentcache")
 
 CONTROL_TIMEOUT_ENV = "AGENTCACHE_CONTROL_TIMEOUT_S"
 DEFAULT_CONTROL_TIMEOUT_S = 30.0
+
+
+def server_clock() -> float:
+    """The policy clock: the HTTP process's time, stamped on each tagged prompt (intake.py), end, tool event and
+    tick as it arrives, so that every scheduler rank sees one clock and decides alike."""
+    return time.time()
 
 
 # ---------------------------------------------------------------- the HTTP process's end
@@ -156,7 +162,7 @@ class ExpiryTicker:
         while True:
             await asyncio.sleep(interval)
             try:
-                await control("expire", {"ts": time.time()})
+                await control("expire", {"ts": server_clock()})
             except ControlError as exc:
                 if exc.reason == "not_enabled":  # a server without the agentcache cache: nothing to expire
                     self.stopped = True
@@ -190,9 +196,13 @@ def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlO
         payload = json.loads(req.payload)
         if req.op == "end":
             return _reply(req, True, {"ended": cache.end_workflow(_key(payload), float(payload["ts"]))})
+        if req.op == "tool_events":
+            tenant, events = str(payload.get("tenant", "")), payload["events"]
+            return _reply(req, True, {"applied": cache.tool_events(tenant, float(payload["ts"]), events)})
         if req.op == "stats":
             tenant, operator = str(payload.get("tenant", "")), bool(payload.get("operator"))
-            return _reply(req, True, cache.stats(tenant, operator, Page.of(payload)))
+            decided = payload.get("tool_events") or {}  # the HTTP process's counts of skipped and refused events
+            return _reply(req, True, cache.stats(tenant, operator, Page.of(payload), decided))
         if req.op == "workflow":
             return _reply(req, True, workflow_view(cache, _key(payload)))
         if req.op == "expire":

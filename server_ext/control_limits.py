@@ -5,7 +5,9 @@ Each call is answered in the scheduler's thread, where its time is time every te
 tenant's calls go through a token bucket per principal (the holder of its key, agentcache.tags.principal_of:
 a sub-tenant label is no new bucket): AGENTCACHE_CONTROL_RATE calls a second (default 20), in bursts of twice
 that. Past it the route answers 429 with Retry-After. Ends and health checks are not limited: an end is
-constant work, and the SDK sends one per workflow.
+constant work, and the SDK sends one per workflow. Tool events (``POST /agentcache/v1/events``) are work per
+event, many per workflow: each principal may send AGENTCACHE_EVENT_RATE of them a second (default 4,000), in
+bursts of twice that (never under one full batch), by a bucket of their own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from typing import Any
 
 CONTROL_RATE_ENV = "AGENTCACHE_CONTROL_RATE"
 DEFAULT_RATE = 20.0  # calls a second, per principal
+EVENT_RATE_ENV = "AGENTCACHE_EVENT_RATE"
+# Tool events a second, per principal: two per tool call, so 2,000 tool calls a second, each event constant work
+# for the policy on the scheduler thread.
+DEFAULT_EVENT_RATE = 4000.0
 MAX_BUCKETS = 4096  # principals with a bucket; the one idle longest goes first (its bucket would be full)
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -36,25 +42,30 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # caller -> (tokens, when counted)
 
     @classmethod
-    def from_env(cls) -> RateLimiter:
-        raw = os.environ.get(CONTROL_RATE_ENV)
+    def from_env(
+        cls, env: str = CONTROL_RATE_ENV, default: float = DEFAULT_RATE, least_burst: float = 1.0
+    ) -> RateLimiter:
+        """`env`'s rate a second (`default` where unset or no positive number), in bursts of twice that and at
+        least `least_burst`."""
+        raw = os.environ.get(env)
         try:
-            rate = float(raw) if raw else DEFAULT_RATE
+            rate = float(raw) if raw else default
         except ValueError:
-            rate = DEFAULT_RATE
-        rate = rate if math.isfinite(rate) and rate > 0 else DEFAULT_RATE
-        return cls(rate, max(2.0 * rate, 1.0))
+            rate = default
+        rate = rate if math.isfinite(rate) and rate > 0 else default
+        return cls(rate, max(2.0 * rate, least_burst))
 
-    def take(self, caller: str) -> float:
-        """0.0 when `caller` may call now (the call is counted); else the seconds until it may."""
+    def take(self, caller: str, cost: float = 1.0) -> float:
+        """0.0 when `caller` may make a call of `cost` (at most the burst) now (it is counted); else the seconds
+        until it may."""
         now = self.clock()
         tokens, when = self._buckets.pop(caller, (self.burst, now))
         tokens = min(self.burst, tokens + (now - when) * self.rate)
         wait = 0.0
-        if tokens >= 1.0:
-            tokens -= 1.0
+        if tokens >= cost:
+            tokens -= cost
         else:
-            wait = (1.0 - tokens) / self.rate
+            wait = (cost - tokens) / self.rate
         self._buckets[caller] = (tokens, now)
         if len(self._buckets) > MAX_BUCKETS:
             self._buckets.popitem(last=False)

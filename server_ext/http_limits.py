@@ -10,6 +10,8 @@ both as JSON naming the limit; it caps uvicorn's concurrent connections
 deadline (uvicorn has none: a connection that never finishes its headers held
 its slot for good) by its own subclass of uvicorn's httptools protocol. Each
 is set by an environment variable (0 turns it off); docs/usage.md lists them.
+A route that takes small bodies only (the tool events) reads its body through
+:func:`read_capped`, with a limit of its own.
 """
 
 from __future__ import annotations
@@ -117,6 +119,26 @@ class BodyLimits:
                 raise
         if state["refusal"] is not None and not state["started"]:
             await _answer(send, *state["refusal"])
+
+
+class BodyTooLarge(ValueError):
+    """A route's body over that route's own limit (HTTP 413)."""
+
+
+async def read_capped(request: Any, max_bytes: int) -> bytes:
+    """The body of a route that takes small bodies only (the tool events): BodyTooLarge past `max_bytes`, at once
+    where its Content-Length says so, else once that many bytes arrived (never the whole of a larger body)."""
+    too_large = f"the request body is over {max_bytes} bytes, this route's limit"
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_bytes:
+        raise BodyTooLarge(too_large)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise BodyTooLarge(too_large)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def install(app: Any, limits: HttpLimits) -> None:

@@ -32,14 +32,13 @@ import copy
 import hashlib
 import json
 import logging
-import time
 import uuid
 from array import array
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from agentcache.server_ext.control import expiry_ticker
+from agentcache.server_ext.control import expiry_ticker, server_clock
 from agentcache.server_ext.guards import check_request
 from agentcache.server_ext.tenancy import salt_per_tenant, salt_prefix_cache, tenant_of_request
 from agentcache.tags import FIRST_CHARS, HEADER, KEY, Stamped, TagError, Tags, agent_of, find, header_object, parse
@@ -275,7 +274,7 @@ def stamp_tokenized(params: dict, input_ids: Any) -> None:
     except TagError as exc:
         stamped, tags = _refused(stamped.tenant, exc)._replace(call=stamped.call, members=stamped.members), None
     if tags is not None:  # never the client's tenant
-        stamped = stamped._replace(tags=tags.replace(tenant=stamped.tenant, ts=time.time()))
+        stamped = stamped._replace(tags=tags.replace(tenant=stamped.tenant, ts=server_clock()))
     params["custom_params"][KEY] = stamped.to_wire()
 
 

@@ -1,23 +1,25 @@
-"""The control routes under ``/agentcache/v1``: end a workflow, a workflow's view, statistics, health.
+"""The control routes under ``/agentcache/v1``: end a workflow, tool events, a workflow's view, statistics, health.
 
-They sit behind SGLang's API-key middleware like every other route, and reach
-the schedulers through the control channel (server_ext/control.py). The
-read-only ones (a view, the statistics) are rate-limited per principal, and
-the statistics list a page of workflows (server_ext/control_limits.py).
+They sit behind SGLang's API-key middleware like every other route (a tenant's key reaches them for its own
+workflows: server_ext/tenancy.py), and reach the schedulers through the control channel
+(server_ext/control.py). The read-only ones (a view, the statistics) are rate-limited per principal, and the
+statistics list a page of workflows; tool events have a rate of their own, per event
+(server_ext/control_limits.py), and a small body (server_ext/tool_events.py).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import ORJSONResponse
 
-from agentcache.server_ext.control import ControlError, control, expiry_ticker
-from agentcache.server_ext.control_limits import Page, RateLimiter
+from agentcache.server_ext.control import ControlError, control, expiry_ticker, server_clock
+from agentcache.server_ext.control_limits import DEFAULT_EVENT_RATE, EVENT_RATE_ENV, Page, RateLimiter
+from agentcache.server_ext.http_limits import BodyTooLarge, read_capped
 from agentcache.server_ext.tenancy import is_operator, tenant_of_request
+from agentcache.server_ext.tool_events import MAX_BODY_BYTES, MAX_EVENTS, BatchError, EventCounts, parse_batch
 from agentcache.tags import VERSION, TagError, parse, principal_of
 
 
@@ -31,14 +33,14 @@ async def _answer(op: str, payload: dict[str, Any]) -> Any:
     return replies[0] if len(replies) == 1 else {"ranks": replies}
 
 
-def _too_many(limiter: RateLimiter, tenant: str) -> ORJSONResponse | None:
-    """429 with Retry-After where the tenant's principal called the read-only routes too often; else None."""
-    wait = limiter.take(principal_of(tenant))
+def _too_many(limiter: RateLimiter, tenant: str, what: str = "control calls", cost: int = 1) -> ORJSONResponse | None:
+    """429 with Retry-After where the tenant's principal sent `what` faster than `limiter` allows; else None."""
+    wait = limiter.take(principal_of(tenant), cost)
     if not wait:
         return None
     retry = max(1, math.ceil(wait))
     return ORJSONResponse(
-        {"error": f"too many control calls; {limiter.rate:g} a second are allowed: retry in {retry} s"},
+        {"error": f"too many {what}; {limiter.rate:g} a second are allowed: retry in {retry} s"},
         status_code=429,
         headers={"Retry-After": str(retry)},
     )
@@ -46,6 +48,8 @@ def _too_many(limiter: RateLimiter, tenant: str) -> ORJSONResponse | None:
 
 def add_routes(app: Any) -> None:
     limiter = RateLimiter.from_env()
+    event_limiter = RateLimiter.from_env(EVENT_RATE_ENV, DEFAULT_EVENT_RATE, least_burst=MAX_EVENTS)
+    event_counts = EventCounts()
 
     async def end_workflow(workflow_id: str, request: Request) -> Any:
         try:
@@ -53,12 +57,35 @@ def add_routes(app: Any) -> None:
         except TagError as exc:
             return ORJSONResponse({"error": str(exc)}, status_code=400)
         answer = await _answer(
-            "end", {"workflow": workflow_id, "tenant": tenant_of_request(request), "ts": time.time()}
+            "end", {"workflow": workflow_id, "tenant": tenant_of_request(request), "ts": server_clock()}
         )
         if isinstance(answer, ORJSONResponse):
             return answer
         ranks = answer.get("ranks", [answer])
         return {"workflow": workflow_id, "ended": any(r["ended"] for r in ranks)}
+
+    async def tool_events(request: Request) -> Any:
+        arrived = server_clock()  # the events' time: they happened just now, in the order sent
+        tenant = tenant_of_request(request)
+        try:
+            batch = parse_batch(await read_capped(request, MAX_BODY_BYTES))
+        except BodyTooLarge as exc:
+            event_counts.count(tenant, "refused", 1)
+            return ORJSONResponse({"error": str(exc)}, status_code=413)
+        except BatchError as exc:  # nothing of it applied
+            event_counts.count(tenant, "refused", exc.events)
+            return ORJSONResponse({"error": str(exc)}, status_code=400)
+        accepted = len(batch.events)
+        if accepted:
+            refusal = _too_many(event_limiter, tenant, "tool events", accepted)
+            if refusal is not None:
+                event_counts.count(tenant, "refused", accepted + batch.skipped)
+                return refusal
+            answer = await _answer("tool_events", {"tenant": tenant, "ts": arrived, "events": batch.events})
+            if isinstance(answer, ORJSONResponse):
+                return answer
+        event_counts.count(tenant, "skipped", batch.skipped)
+        return {"accepted": accepted, "skipped": batch.skipped}
 
     async def workflow(workflow_id: str, request: Request) -> Any:
         tenant = tenant_of_request(request)
@@ -69,8 +96,14 @@ def add_routes(app: Any) -> None:
             page = Page.parse(request.query_params.get("offset"), request.query_params.get("limit"))
         except ValueError as exc:
             return ORJSONResponse({"error": str(exc)}, status_code=400)
-        tenant = tenant_of_request(request)
-        payload = {"tenant": tenant, "operator": is_operator(request), "offset": page.offset, "limit": page.limit}
+        tenant, operator = tenant_of_request(request), is_operator(request)
+        payload = {
+            "tenant": tenant,
+            "operator": operator,
+            "offset": page.offset,
+            "limit": page.limit,
+            "tool_events": event_counts.of(tenant, operator),
+        }
         return _too_many(limiter, tenant) or await _answer("stats", payload)
 
     async def health(request: Request) -> Any:
@@ -82,6 +115,7 @@ def add_routes(app: Any) -> None:
 
     # `path`: the server decodes the path before routing, so a workflow id with a "/" (sent as %2F) spans segments.
     app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}/end", end_workflow, methods=["POST"])
+    app.add_api_route("/agentcache/v1/events", tool_events, methods=["POST"])
     app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}", workflow, methods=["GET"])
     app.add_api_route("/agentcache/v1/stats", stats, methods=["GET"])
     app.add_api_route("/agentcache/v1/health", health, methods=["GET"])

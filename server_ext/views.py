@@ -102,10 +102,11 @@ def workflow_view(cache: Any, key: WorkflowKey) -> dict[str, Any]:
     }
 
 
-def stats(cache: Any, tenant: str, operator: bool, page: Page) -> dict[str, Any]:
-    """Server-wide statistics for the operator; for a tenant, its own counts and workflows only."""
+def stats(cache: Any, tenant: str, operator: bool, page: Page, decided: dict[str, int]) -> dict[str, Any]:
+    """Server-wide statistics for the operator; for a tenant, its own counts and workflows only. `decided`: the
+    HTTP process's counts of tool events it skipped and refused (its decisions: server_ext/tool_events.py)."""
     if not operator:
-        return tenant_stats(cache, tenant, page)
+        return tenant_stats(cache, tenant, page, decided)
     registry, c, component = cache.policy.registry, cache.counters, cache.component
     records = cache.workflows
     dropped = component.policy is None
@@ -119,7 +120,7 @@ def stats(cache: Any, tenant: str, operator: bool, page: Page) -> dict[str, Any]
         "expired_workflows": registry.expired_count,
         "in_flight_requests": len(cache._requests),
         "lost_releases": registry.lost_releases,
-        **_traffic(c, dict(cache.invalid_tags)),
+        **_traffic(c, dict(cache.invalid_tags), decided),
         "forecasters": cache._consult("statistics", cache.policy.forecast_stats) or {},
         "predictor_faults": dict(cache.policy.predictor.faults) if isinstance(cache.policy, PBKVPolicy) else {},
         "policy_faults": dict(cache.policy_faults),
@@ -138,7 +139,7 @@ def stats(cache: Any, tenant: str, operator: bool, page: Page) -> dict[str, Any]
     }
 
 
-def tenant_stats(cache: Any, tenant: str, page: Page) -> dict[str, Any]:
+def tenant_stats(cache: Any, tenant: str, page: Page, decided: dict[str, int]) -> dict[str, Any]:
     """What one tenant may see: counts of its own traffic and its own workflows, nothing server-wide."""
     c = cache.tenants.of(tenant)
     prefix = "invalid_tags_"
@@ -148,13 +149,14 @@ def tenant_stats(cache: Any, tenant: str, page: Page) -> dict[str, Any]:
         "policy": cache.config.policy.text,
         "scope": "tenant",
         "active_workflows": sum(1 for k, _ in own if is_active(k)),
-        **_traffic(c, {k[len(prefix) :]: v for k, v in c.items() if k.startswith(prefix)}),
+        **_traffic(c, {k[len(prefix) :]: v for k, v in c.items() if k.startswith(prefix)}, decided),
         **page.take(((k.id, v) for k, v in own), len(own)),
     }
 
 
-def _traffic(c: Any, invalid_tags: dict[str, int]) -> dict[str, Any]:
-    """The request, token and end counts both scopes report, from counters `c`."""
+def _traffic(c: Any, invalid_tags: dict[str, int], decided: dict[str, int]) -> dict[str, Any]:
+    """The request, token, end and tool event counts both scopes report, from counters `c` (the scheduler's) and
+    `decided` (the HTTP process's: tool events skipped and refused)."""
     return {
         "requests": c["requests"],
         "tagged_requests": c["tagged_requests"],
@@ -166,4 +168,10 @@ def _traffic(c: Any, invalid_tags: dict[str, int]) -> dict[str, Any]:
         "hit_rate": c["hit_tokens"] / c["prompt_tokens"] if c["prompt_tokens"] else 0.0,
         "ended_workflows": c["ended_workflows"],
         "unknown_end_events": c["unknown_end_events"],
+        "tool_events": {
+            "tool_start": c["tool_start"],
+            "tool_end": c["tool_end"],
+            "skipped": int(decided.get("skipped", 0)),
+            "refused": int(decided.get("refused", 0)),
+        },
     }

@@ -1,0 +1,92 @@
+"""A client's tool events (``POST /agentcache/v1/events``), read and checked in the HTTP process.
+
+The body is ``{"events": [{"type": "tool_start" | "tool_end", "workflow": W, "agent": A, "tool": NAME}, ...]}``:
+1 to MAX_EVENTS events in the order they happened, no time (the server stamps its own clock on arrival:
+server_ext/control.py, server_clock). Each event's fields are checked by the trace's one check of them
+(agentcache.trace.tool_fields: the tags' id rules). All or nothing: the first invalid event refuses the whole
+batch, named by its index and field (``events[2].tool: ...``). An event whose type this server does not know
+(a newer client's) is skipped and counted, never refused. What is refused and skipped is decided here, so it
+costs the scheduler nothing; its counts (:class:`EventCounts`) travel to the scheduler with each statistics
+call. The events that are left go to every scheduler in one control call (server_ext/cache.py, tool_events).
+Reference: docs/design/wire-format.md#tool-events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agentcache.server_ext.records import TenantCounters
+from agentcache.trace import EventFieldError, ToolEnd, ToolStart, tool_fields
+
+MAX_EVENTS = 256
+# The largest valid batch is ~2.4 MB: 256 events of three 256-character ids, each character escaped as JSON may
+# (12 bytes for one outside the BMP). The rest is room for a newer client's fields.
+MAX_BODY_BYTES = 4 << 20
+KNOWN_TYPES = frozenset((ToolStart.TYPE, ToolEnd.TYPE))
+
+
+class BatchError(ValueError):
+    """A body refused whole (HTTP 400): the message names the event and field; `events`, how many it held."""
+
+    def __init__(self, message: str, events: int):
+        super().__init__(message)
+        self.events = events
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    events: list[tuple[str, str, str, str]]  # (type, workflow, agent, tool) of each known event, in order
+    skipped: int  # events of types this server does not know
+
+
+def parse_batch(raw: bytes) -> Batch:
+    """The batch a body holds, else BatchError naming what is wrong (the first invalid event, by index and field)."""
+    try:
+        body = orjson.loads(raw)  # nesting deeper than 1,024 levels is a JSONDecodeError too, never a RecursionError
+    except orjson.JSONDecodeError as exc:
+        raise BatchError(f"the body is not JSON: {exc}", 1) from None
+    events = body.get("events") if isinstance(body, dict) else None
+    if not isinstance(events, list):
+        raise BatchError('the body must be an object {"events": [...]}', 1)
+    if not 1 <= len(events) <= MAX_EVENTS:
+        raise BatchError(f"events: {len(events)} events; a batch holds 1 to {MAX_EVENTS}", len(events))
+    known: list[tuple[str, str, str, str]] = []
+    skipped = 0
+    for i, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise BatchError(f"events[{i}]: must be an object, got {type(event).__name__}", len(events))
+        kind = event.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise BatchError(f"events[{i}].type: must be a non-empty string, got {kind!r:.40}", len(events))
+        if kind not in KNOWN_TYPES:
+            skipped += 1
+            continue
+        try:
+            workflow, agent, tool = tool_fields(event)
+        except EventFieldError as exc:
+            raise BatchError(f"events[{i}].{exc.field}: {exc}", len(events)) from None
+        known.append((kind, workflow, agent, tool))
+    return Batch(known, skipped)
+
+
+class EventCounts:
+    """The tool events the HTTP process skipped and refused: per tenant (bounded as the scheduler's counters are:
+    records.TenantCounters) and in all, for the statistics."""
+
+    def __init__(self) -> None:
+        self.tenants = TenantCounters()
+        self.total: Counter[str] = Counter()
+
+    def count(self, tenant: str, name: str, n: int) -> None:
+        if n:
+            self.tenants.count(tenant, name, n)
+            self.total[name] += n
+
+    def of(self, tenant: str, operator: bool) -> dict[str, Any]:
+        """What `tenant` may see: its own counts; the operator's are every tenant's."""
+        c = self.total if operator else self.tenants.of(tenant)
+        return {"skipped": c["skipped"], "refused": c["refused"]}

@@ -1,0 +1,207 @@
+"""Tool events from a client (issue 52): ``POST /agentcache/v1/events`` read and checked in the HTTP process
+(server_ext/tool_events.py), heard by the policy in the scheduler (server_ext/cache.py), counted per tenant in
+the statistics; the route against the live server (the session fixture's keys file: tenant-a and tenant-b)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import API_KEY, TENANT_KEYS
+
+from agentcache.server_ext.control_limits import RateLimiter
+from agentcache.server_ext.tool_events import MAX_EVENTS, BatchError, EventCounts, parse_batch
+from agentcache.tags import WorkflowKey, scoped_agent
+
+
+def event(kind="tool_start", workflow="w", agent="coder", tool="pytest", **more):
+    return {"type": kind, "workflow": workflow, "agent": agent, "tool": tool, **more}
+
+
+def body(*events) -> bytes:
+    return json.dumps({"events": list(events)}).encode()
+
+
+# ---------------------------------------------------------------- the body, read in the HTTP process
+
+
+def test_a_batch_keeps_its_known_events_in_order_and_skips_types_it_does_not_know():
+    batch = parse_batch(body(event(), event("tool_plan", extra=[1]), event("tool_end", agent="研究")))
+    assert batch.events == [("tool_start", "w", "coder", "pytest"), ("tool_end", "w", "研究", "pytest")]
+    assert batch.skipped == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "error", "events"),
+    [
+        (b"{not json", "the body is not JSON", 1),
+        (b"[" * 5000 + b"]" * 5000, "the body is not JSON", 1),  # too deep: refused, never a RecursionError
+        (b'{"events": {}}', 'the body must be an object {"events": [...]}', 1),
+        (b"[]", 'the body must be an object {"events": [...]}', 1),
+        (body(), "events: 0 events; a batch holds 1 to 256", 0),
+        (body(*[event()] * (MAX_EVENTS + 1)), "events: 257 events; a batch holds 1 to 256", 257),
+        (body(event(), 5), "events[1]: must be an object, got int", 2),
+        (body(event(), event(kind=7)), "events[1].type: must be a non-empty string, got 7", 2),
+        (body(event(), event(), event("tool_end", tool="")), "events[2].tool: 'tool' must be a non-empty string", 3),
+        (body(event(workflow="x" * 257)), "events[0].workflow: 'workflow' is 257 characters (at most 256)", 1),
+        (body(event(agent="a\nb")), "events[0].agent: 'agent' contains non-printable characters", 1),
+        (body(event("tool_end", tool=None)), "events[0].tool: 'tool' must be a non-empty string, got NoneType", 1),
+    ],
+)
+def test_a_batch_with_any_invalid_event_is_refused_whole_naming_the_event_and_field(raw, error, events):
+    with pytest.raises(BatchError) as refused:
+        parse_batch(raw)
+    assert str(refused.value).startswith(error) and refused.value.events == events
+
+
+def test_skipped_and_refused_counts_are_per_tenant_and_the_operators_are_everyones():
+    counts = EventCounts()
+    counts.count("a", "refused", 3)
+    counts.count("b", "skipped", 2)
+    counts.count("b", "refused", 0)
+    assert counts.of("a", operator=False) == {"skipped": 0, "refused": 3}
+    assert counts.of("b", operator=False) == {"skipped": 2, "refused": 0}
+    assert counts.of("", operator=True) == {"skipped": 2, "refused": 3}
+
+
+def test_the_event_rate_takes_one_token_per_event():
+    now = [0.0]
+    limiter = RateLimiter(rate=100, burst=256, clock=lambda: now[0])
+    assert limiter.take("a", 200) == 0.0
+    assert limiter.take("a", 100) == pytest.approx(0.44), "44 events short, at 100 a second"
+    now[0] += 0.44
+    assert limiter.take("a", 100) == 0.0
+
+
+# ---------------------------------------------------------------- the scheduler's side
+
+
+def scheduler_with_cache():
+    from types import SimpleNamespace
+
+    from agentcache.replay.cpu_cache import build_cache
+    from agentcache.server_ext.cache import AgentCache
+
+    return SimpleNamespace(tree_cache=build_cache(1024, cache_class=AgentCache))
+
+
+def control(scheduler, op, payload):
+    from agentcache.server_ext.control import handle_control
+    from agentcache.server_ext.ipc import AgentCacheControl
+
+    out = handle_control(scheduler, AgentCacheControl(rid="r", op=op, payload=json.dumps(payload)))
+    return out.ok, json.loads(out.result)
+
+
+def test_the_scheduler_hands_the_policy_each_event_in_order_scoped_to_the_tenant_as_tags_are():
+    scheduler = scheduler_with_cache()
+    cache = scheduler.tree_cache
+    heard = []
+    cache.policy.on_tool_start = lambda *args: heard.append(("start", *args))
+    cache.policy.on_tool_end = lambda *args: heard.append(("end", *args))
+    events = [["tool_start", "w", "coder", "pytest"], ["tool_end", "w", "coder", "pytest"]]
+    assert control(scheduler, "tool_events", {"tenant": "t/lab", "ts": 5.0, "events": events}) == (True, {"applied": 2})
+    assert control(scheduler, "tool_events", {"tenant": "", "ts": 4.0, "events": events[:1]}) == (True, {"applied": 1})
+    assert heard == [
+        ("start", WorkflowKey("t/lab", "w"), scoped_agent("t", "coder"), "pytest", 5.0),
+        ("end", WorkflowKey("t/lab", "w"), scoped_agent("t", "coder"), "pytest", 5.0),
+        ("start", WorkflowKey("", "w"), "coder", "pytest", 5.0),  # the operator's names unscoped; the clock never back
+    ]
+    ok, own = control(scheduler, "stats", {"tenant": "t/lab", "tool_events": {"skipped": 1, "refused": 4}})
+    assert ok and own["tool_events"] == {"tool_start": 1, "tool_end": 1, "skipped": 1, "refused": 4}
+    assert cache.stats()["tool_events"] == {"tool_start": 2, "tool_end": 1, "skipped": 0, "refused": 0}
+
+
+def test_a_policy_that_raises_on_a_tool_event_is_counted_and_the_rest_of_the_batch_heard(caplog):
+    scheduler = scheduler_with_cache()
+    cache = scheduler.tree_cache
+    ends = []
+
+    def broken(*args):  # noqa: ANN002, ANN202
+        raise RuntimeError("a bug in the policy")
+
+    cache.policy.on_tool_start = broken
+    cache.policy.on_tool_end = lambda *args: ends.append(args)
+    events = [["tool_start", "w", "a", "t"], ["tool_start", "w", "b", "t"], ["tool_end", "w", "a", "t"]]
+    assert control(scheduler, "tool_events", {"tenant": "", "ts": 1.0, "events": events}) == (True, {"applied": 3})
+    stats = cache.stats()
+    assert stats["policy_faults"] == {"a tool start": 2} and stats["policy"] == "pbkv", "counted, and kept"
+    assert len(ends) == 1 and stats["tool_events"]["tool_start"] == 2
+    assert len([r for r in caplog.records if "failed in a tool start" in r.getMessage()]) == 1
+
+
+# ---------------------------------------------------------------- the live server
+
+A = {"Authorization": f"Bearer {TENANT_KEYS['tenant-a']}"}
+B = {"Authorization": f"Bearer {TENANT_KEYS['tenant-b']}"}
+OPERATOR = {"Authorization": f"Bearer {API_KEY}"}
+ROUTE = "/agentcache/v1/events"
+
+
+def post(server, headers, *events):
+    return server.client.post(ROUTE, content=body(*events), headers={**headers, "content-type": "application/json"})
+
+
+def tool_counts(server, headers):
+    r = server.client.get("/agentcache/v1/stats", headers=headers)
+    assert r.status_code == 200, r.text
+    return r.json()["tool_events"]
+
+
+@pytest.mark.server
+def test_events_are_accepted_counted_per_tenant_and_an_invalid_batch_applies_nothing(server):
+    own = {**A, "x-agentcache-tenant": "tool-events"}  # counters of its own, whatever else the suite sends
+    operator_before = tool_counts(server, OPERATOR)
+    r = post(server, own, event(), event("tool_plan"), event("tool_end"))
+    assert (r.status_code, r.json()) == (200, {"accepted": 2, "skipped": 1})
+    counts = {"tool_start": 1, "tool_end": 1, "skipped": 1, "refused": 0}
+    assert tool_counts(server, own) == counts
+
+    r = post(server, own, event(), event(), event("tool_end", tool=""))
+    assert r.status_code == 400 and r.json()["error"].startswith("events[2].tool: "), r.text
+    assert tool_counts(server, own) == {**counts, "refused": 3}, "nothing of it applied"
+    refusals = [
+        (server.client.post(ROUTE, content=b"{oops", headers=own), 400, "the body is not JSON"),
+        (post(server, own, *[event()] * 257), 400, "events: 257 events"),
+        (post(server, own), 400, "events: 0 events"),
+        (post(server, own, event(kind=["tool_start"])), 400, "events[0].type: "),
+        (server.client.post(ROUTE, content=b" " * (5 << 20), headers=own), 413, "this route's limit"),
+    ]
+    for answer, status, error in refusals:
+        assert answer.status_code == status and error in answer.json()["error"], answer.text
+    for who in ({"Authorization": "Bearer not-a-key-of-anyone"}, {"Authorization": ""}):
+        assert post(server, who, event()).status_code == 401
+    assert tool_counts(server, own) == {**counts, "refused": 3 + 1 + 257 + 0 + 1 + 1}
+    operator = tool_counts(server, OPERATOR)
+    assert operator["tool_start"] - operator_before["tool_start"] == 1, "the operator's counts are everyone's"
+    assert operator["refused"] - operator_before["refused"] == 263
+
+
+@pytest.mark.server
+def test_one_tenants_events_for_a_workflow_id_another_uses_count_for_its_own_alone(server):
+    a, b = {**A, "x-agentcache-tenant": "iso-tools"}, {**B, "x-agentcache-tenant": "iso-tools"}
+    assert post(server, b, event(workflow="shared-tools"), event(workflow="shared-tools", agent="tester")).is_success
+    assert tool_counts(server, b) == {"tool_start": 2, "tool_end": 0, "skipped": 0, "refused": 0}
+    assert tool_counts(server, a) == {"tool_start": 0, "tool_end": 0, "skipped": 0, "refused": 0}
+
+
+@pytest.mark.server
+def test_a_flood_of_events_gets_429_with_retry_after_and_the_server_serves_on(server):
+    """Each principal may send 4,000 events a second (bursts of 8,000): past that, 429 before the scheduler sees
+    them. Ends of tools never started: nothing for the policy to keep."""
+    flood = {**B, "x-agentcache-tenant": "tool-flood"}
+    batch = [event("tool_end", workflow=f"flood-{i}") for i in range(MAX_EVENTS)]
+
+    def send(_: int):
+        return post(server, flood, *batch)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(send, range(96)))
+    statuses = {a.status_code for a in answers}
+    assert statuses == {200, 429}, statuses
+    refused = next(a for a in answers if a.status_code == 429)
+    assert int(refused.headers["Retry-After"]) >= 1 and "tool events" in refused.json()["error"]
+    assert server.client.get("/agentcache/v1/health").status_code == 200
+    counts = tool_counts(server, flood)
+    assert counts["tool_end"] + counts["refused"] == 96 * MAX_EVENTS
