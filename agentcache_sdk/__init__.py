@@ -7,23 +7,29 @@
     @ac.workflow
     def solve(task): ...            # every LLM request inside is tagged; leaving ends the workflow
 
+    with ac.tool_call("pytest"):    # inside a workflow: the agent waits on a tool (the server keeps its path)
+        run_tests()
+
 Importing the package installs the request hooks (openai SDK and httpx, as
 the app imports them: agentcache_sdk itself imports neither) and carries the
 workflow into thread pools; both only act inside a workflow, and the hooks
 only touch requests to the configured server. Behind `agentcache
 serve --workers N` each request goes to the worker the workflow-aware routing
 chooses (``configure(routing="workflow-affinity")`` keeps whole workflows on
-one worker instead); `routing_stats()` says what it did.
+one worker instead); `routing_stats()` says what it did. An answer that asks
+for tools starts a tool pause for its agent, which its next request ends
+(agentcache_sdk._tools); the framework integrations report each tool call.
 """
 
 from agentcache_sdk._answers import usage
 from agentcache_sdk._config import Settings, configure, settings
 from agentcache_sdk._counters import counters
-from agentcache_sdk._end_events import flush
+from agentcache_sdk._events import flush
 from agentcache_sdk._hooks import install as _install_hooks
 from agentcache_sdk._record import Recorder, record
 from agentcache_sdk._routing import routing_stats
 from agentcache_sdk._thread_pools import carry_into_thread_pools as _carry_into_thread_pools
+from agentcache_sdk._tools import tool_call, tool_ended, tool_started
 from agentcache_sdk._workflow import (
     WorkflowContext,
     add_agent_name_provider,
@@ -54,6 +60,9 @@ __all__ = [
     "routing_stats",
     "settings",
     "stats",
+    "tool_call",
+    "tool_ended",
+    "tool_started",
     "usage",
     "workflow",
 ]

@@ -1,5 +1,6 @@
 """Reading the server's answers to tagged requests as they pass: usage figures, and the whole answer for the
-observers (the recorder) and for the routing that placed the request."""
+observers (the recorder), for the routing that placed the request, and for the tool calls it asks for (a pause
+starts: agentcache_sdk._tools)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from agentcache.tags import Tags
+from agentcache_sdk import _tools
 from agentcache_sdk._counters import notify
 from agentcache_sdk._routing import Ticket
 
@@ -27,9 +29,9 @@ def observe(
     response: httpx.Response,
     data: Any,
 ) -> None:
-    """Count the server's usage figures, hand tagged exchanges to the observers (the recorder), and the
-    answer to the routing that placed the request. `data`: the answer as JSON (a streamed one as
-    `StreamedAnswer` put it together)."""
+    """Count the server's usage figures, hand tagged exchanges to the observers (the recorder), the answer to the
+    routing that placed the request, and its tool calls to the tool pauses. `data`: the answer as JSON (a
+    streamed one as `StreamedAnswer` put it together)."""
     if response.status_code != 200:
         data = None
     if not isinstance(data, dict):
@@ -42,6 +44,7 @@ def observe(
     if tags is not None:
         for observer in list(observers):
             notify(observer, sent_at, body, data, tags)
+        _tools.answered(tags.workflow, tags.identity, data)  # after the recorder took the request
 
 
 def _usage_of(data: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
@@ -104,13 +107,16 @@ class JSONAnswer:
 
 class StreamedAnswer:
     """A streamed answer read from its server-sent events as they pass, keeping only what a whole answer
-    would say: the reply's text, and the usage figures the server sends (OpenAI routes: the last event, with
-    `stream_options.include_usage`; /generate: every event's meta_info). `answer()` is then the JSON a
-    non-streamed answer would hold, or None where no event could be read."""
+    would say: the reply's text, its tool calls' ids and names and its finish reason, and the usage figures
+    the server sends (OpenAI routes: the last event, with `stream_options.include_usage`; /generate: every
+    event's meta_info). `answer()` is then the JSON a non-streamed answer would hold, or None where no event
+    could be read."""
 
     def __init__(self) -> None:
         self._partial = b""  # a line not yet complete: events may be split anywhere between chunks
         self._text: list[str] = []
+        self._tool_calls: dict[Any, dict[str, Any]] = {}  # by the delta's index: the call's id and name
+        self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._generated: dict[str, Any] | None = None  # /generate: its latest event (the text so far)
 
@@ -132,17 +138,36 @@ class StreamedAnswer:
             self._usage = event["usage"]
         choices = event.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            if isinstance(choices[0].get("finish_reason"), str):
+                self._finish_reason = choices[0]["finish_reason"]
             delta = choices[0].get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                 self._text.append(delta["content"])
+            if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), list):
+                self._read_tool_calls(delta["tool_calls"])
+
+    def _read_tool_calls(self, deltas: list[Any]) -> None:
+        """A call's id and name come in its first delta; its arguments, not kept, in the next ones."""
+        for delta in deltas:
+            if not isinstance(delta, dict):
+                continue
+            call = self._tool_calls.setdefault(delta.get("index", len(self._tool_calls)), {"function": {}})
+            if isinstance(delta.get("id"), str):
+                call["id"] = delta["id"]
+            function = delta.get("function")
+            if isinstance(function, dict) and function.get("name") and not call["function"].get("name"):
+                call["function"]["name"] = function["name"]
 
     def answer(self) -> dict[str, Any] | None:
         self.feed(b"\n")  # an event the server did not end with a newline
         if self._generated is not None:
             return self._generated
-        if not self._text and self._usage is None:
+        if not self._text and self._usage is None and not self._tool_calls and self._finish_reason is None:
             return None
-        data: dict[str, Any] = {"choices": [{"message": {"role": "assistant", "content": "".join(self._text)}}]}
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text)}
+        if self._tool_calls:
+            message["tool_calls"] = list(self._tool_calls.values())
+        data: dict[str, Any] = {"choices": [{"message": message, "finish_reason": self._finish_reason}]}
         if self._usage is not None:
             data["usage"] = self._usage
         return data

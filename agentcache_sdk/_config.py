@@ -26,9 +26,10 @@ def check_routing(routing: str, source: str = "routing") -> str:
 class Settings:
     base_url: str = DEFAULT_BASE_URL  # the SGLang server (or router) with the agentcache plugin
     api_key: str | None = None  # the server's --api-key, for the control routes
-    end_timeout_s: float = 10.0  # per attempt; end events are sent in the background
-    exit_timeout_s: float = DEFAULT_EXIT_TIMEOUT_S  # the longest the app's exit waits for pending end events
+    end_timeout_s: float = 10.0  # per attempt; end and tool events are sent in the background
+    exit_timeout_s: float = DEFAULT_EXIT_TIMEOUT_S  # the longest the app's exit waits for pending events
     routing: str = DEFAULT_ROUTING  # one of ROUTINGS: the routing key behind an agentcache cluster
+    tool_events: bool = True  # tell the server when an agent waits on a tool (agentcache_sdk._tools)
 
     def origin(self) -> tuple[str, str, int]:
         parts = urlsplit(self.base_url)
@@ -55,6 +56,18 @@ def _seconds(variable: str, default: float) -> float:
     return value
 
 
+def _switch(variable: str, default: bool) -> bool:
+    text = os.environ.get(variable)
+    if text is None or not text.strip():
+        return default
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{variable}: expected on or off (1/0, true/false, yes/no), got {text!r}")
+
+
 def _from_env() -> Settings:
     base = os.environ.get("AGENTCACHE_BASE_URL", DEFAULT_BASE_URL).rstrip("/")
     if base.endswith("/v1"):
@@ -64,6 +77,7 @@ def _from_env() -> Settings:
         api_key=os.environ.get("AGENTCACHE_API_KEY"),
         exit_timeout_s=_seconds("AGENTCACHE_EXIT_TIMEOUT_S", DEFAULT_EXIT_TIMEOUT_S),
         routing=check_routing(os.environ.get("AGENTCACHE_ROUTING") or DEFAULT_ROUTING, "AGENTCACHE_ROUTING"),
+        tool_events=_switch("AGENTCACHE_TOOL_EVENTS", True),
     )
 
 
@@ -76,12 +90,16 @@ def configure(
     end_timeout_s: float | None = None,
     exit_timeout_s: float | None = None,
     routing: str | None = None,
+    tool_events: bool | None = None,
 ) -> Settings:
     """Point the SDK at the agentcache server. `base_url` may include the OpenAI `/v1` suffix.
 
     `routing` (also ``AGENTCACHE_ROUTING``): behind `agentcache serve --workers N`, ``workflow-aware`` (the
     default) sends each request to the worker agentcache.routing.WorkflowAwareRouting chooses for it;
     ``workflow-affinity`` keeps each workflow on one worker. A single server sees no difference.
+
+    `tool_events` (also ``AGENTCACHE_TOOL_EVENTS=off``): False sends no tool events (the server then guesses
+    tool pauses from each agent's past gaps, as it does for an app without the SDK); a recording still holds them.
     """
     if routing is not None:
         settings.routing = check_routing(routing)
@@ -94,4 +112,6 @@ def configure(
         settings.end_timeout_s = end_timeout_s
     if exit_timeout_s is not None:
         settings.exit_timeout_s = exit_timeout_s
+    if tool_events is not None:
+        settings.tool_events = tool_events
     return settings

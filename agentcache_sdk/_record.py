@@ -9,7 +9,9 @@ same text in two prompts is the same segment, and an assistant reply that
 comes back in a later prompt is the earlier request's output), with token
 counts estimated as characters / 4 (the recorder has no tokenizer; the
 estimate is the same for the same text, which is what the trace format
-needs). Workflow ends become end events. Events are written as they happen;
+needs). Workflow ends become end events, and the tool pauses the SDK reports
+(agentcache_sdk._tools) tool_start and tool_end events, whether or not they
+are sent to the server. Events are written as they happen;
 a request's time is when it was sent, raised to the previous event's time
 where concurrent requests finish out of order, so the file stays in time order.
 """
@@ -26,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcache.tags import Tags
-from agentcache.trace import End, Meta, Request, Segment, TraceWriter
-from agentcache_sdk import _answers, _workflow
+from agentcache.trace import End, Meta, Request, Segment, ToolEnd, ToolStart, TraceWriter
+from agentcache_sdk import _answers, _tools, _workflow
 
 CHARS_PER_TOKEN = 4
 
@@ -93,13 +95,18 @@ class Recorder:
         with self._lock:
             self._writer.write(End(self._ts(time.monotonic()), workflow))
 
+    def on_tool(self, kind: str, workflow: str, agent: str, tool: str) -> None:
+        event = ToolStart if kind == ToolStart.TYPE else ToolEnd
+        with self._lock:
+            self._writer.write(event(self._ts(time.monotonic()), workflow, agent, tool))
+
     def close(self) -> None:
         with self._lock:
             self._writer.close()
 
 
 class record:  # noqa: N801 - a context manager, spelled like a function
-    """Record the tagged LLM requests and workflow ends made inside the block to a trace file.
+    """Record the tagged LLM requests, tool pauses and workflow ends made inside the block to a trace file.
 
     A file that holds a recording already is refused (FileExistsError), never truncated; with `append` the
     events go after its own, their times continuing from its last."""
@@ -110,9 +117,11 @@ class record:  # noqa: N801 - a context manager, spelled like a function
     def __enter__(self) -> Recorder:
         _answers.observers.append(self.recorder.on_request)
         _workflow.end_observers.append(self.recorder.on_end)
+        _tools.observers.append(self.recorder.on_tool)
         return self.recorder
 
     def __exit__(self, *exc: object) -> None:
         _answers.observers.remove(self.recorder.on_request)
         _workflow.end_observers.remove(self.recorder.on_end)
+        _tools.observers.remove(self.recorder.on_tool)
         self.recorder.close()

@@ -18,7 +18,7 @@ server call beyond the cached worker listing.
 
 With ``routing="workflow-affinity"``, or against a plain server, the key is
 the workflow id, as before. End events go to every worker the router lists
-(agentcache_sdk._end_events), which covers each one that served the workflow.
+(agentcache_sdk._events), which covers each one that served the workflow.
 """
 
 from __future__ import annotations

@@ -22,12 +22,12 @@ from urllib.parse import quote
 
 import httpx
 
-from agentcache.tags import HEADER, KEY, MAX_ID_CHARS, TagError, Tags, agent_of, find, parse
-from agentcache_sdk import _routing
+from agentcache.tags import HEADER, KEY, TagError, Tags, agent_of, find, parse
+from agentcache_sdk import _routing, _tools
 from agentcache_sdk._config import settings
 from agentcache_sdk._counters import logger, warn_once
 from agentcache_sdk._routing import Ticket
-from agentcache_sdk._workflow import current_agent_name, current_workflow
+from agentcache_sdk._workflow import as_id, current_agent_name, current_workflow
 
 ROUTING_HEADER = "x-smg-routing-key"  # sglang-router (manual policy) pins each key to one worker
 _TAGGED_PATHS = ("/chat/completions", "/generate")
@@ -48,14 +48,11 @@ def tags_for(path: str, body: Mapping[str, Any]) -> Tags | None:
         text = body.get("text")
         head = text[:200] if isinstance(text, str) else str(body.get("input_ids", ""))[:200]
         agent, _ = agent_of([{"role": "user", "content": head}])
-    # A framework's node or role name, as the user wrote it: cut to a valid id (a control character in it would
-    # get the request's tags refused, and the request served untagged).
-    name = current_agent_name()
-    if name:
-        name = "".join(c for c in name if c.isprintable())[:MAX_ID_CHARS] or None
+    name = as_id(current_agent_name())  # a framework's node or role name, as the user wrote it
     workflow_id = ctx.tag_request(name or agent)  # after an end, the call's next workflow (see _workflow)
     if workflow_id is None:
         return None
+    _tools.called_again(ctx, name or agent)  # the agent's tool pause, if one is open, is over
     return Tags(workflow=workflow_id, agent=agent, agent_name=name, fixed_messages=fixed_messages)
 
 

@@ -1,9 +1,9 @@
 """Whether the configured server is sglang-router in front of agentcache workers, and which workers it has.
 
-The router answers 404 on ``/agentcache/...``, so an end event sent to it is
-lost; it does list its workers on ``GET /workers``, and an end event goes to
-each healthy one (a worker that never saw the workflow answers ``ended:
-false`` and changes nothing). The same listing tells the request hooks that
+The router answers 404 on ``/agentcache/...``, so an end event (or a batch of
+tool events) sent to it is lost; it does list its workers on ``GET /workers``,
+and each goes to every healthy one (a worker that never saw the workflow
+answers ``ended: false`` and changes nothing). The same listing tells the request hooks that
 the server is a cluster of N workers, so that they can choose a routing slot
 per request (agentcache_sdk._routing). A plain SGLang server answers 404 (or
 anything but the router's shape) there: it is its own end target, and no
@@ -80,7 +80,7 @@ def _ask(
 
 
 def end_targets(client: httpx.Client, base_url: str, headers: dict[str, str]) -> list[str]:
-    """The base URLs to send an end event to: the router's healthy workers, else `base_url` itself."""
+    """The base URLs to send an end event or events to: the router's healthy workers, else `base_url` itself."""
     with _lock:
         cached, failed_at, now = _cache.get(base_url), _failed.get(base_url), time.monotonic()
     if cached is not None and now - cached[0] < TARGETS_TTL_S:

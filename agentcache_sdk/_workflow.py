@@ -11,7 +11,8 @@ after `end_workflow()` in the same call opens the call's next workflow
 one too; a request made after the call returned (by a task or thread it left
 running) is not tagged. A workflow that made no tagged request sends no end:
 the server never saw it. The end events go out in the background
-(agentcache_sdk._end_events).
+(agentcache_sdk._events). A workflow's end closes its agents' open tool pauses
+(agentcache_sdk._tools) without an event: the server drops them with the workflow.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 
 from agentcache.tags import MAX_ID_CHARS, check_id
 from agentcache_sdk._counters import count, counted, logger, notify
-from agentcache_sdk._end_events import headers, sender
+from agentcache_sdk._events import headers, sender
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +58,9 @@ class WorkflowContext:
     # The credentials the workflow's requests carried: the server scopes workflows by them, so the
     # end event must carry the same ones to reach the same tenant.
     authorization: str | None = None
+    last_agent: str | None = None  # the agent of its latest tagged request: a tool's caller when none is named
+    # Its agents' open tool pauses (agentcache_sdk._tools keeps them, under `_lock`).
+    pauses: list[Any] = field(default_factory=list, repr=False, compare=False)
     _first_id: str = field(default="", init=False, repr=False)
     _started: int = field(default=1, init=False, repr=False)  # workflows the call has started
     _returned: bool = field(default=False, init=False, repr=False)  # the decorated call has returned
@@ -82,6 +86,7 @@ class WorkflowContext:
                 count("workflows")
             self.requests += 1
             self.agents[agent] += 1
+            self.last_agent = agent
             return self.id
 
     def _close(self, returned: bool) -> tuple[str, int] | None:
@@ -91,7 +96,18 @@ class WorkflowContext:
             if self.ended:
                 return None
             self.ended = True
+            self.pauses.clear()  # the server drops a workflow's pauses with it: no tool_end to send
+            self.last_agent = None
             return self.id, self.requests
+
+
+def as_id(name: str | None) -> str | None:
+    """A name a framework or the app gave (an agent's, a tool's), cut to a valid id: its printable characters, at
+    most MAX_ID_CHARS (a control character would get the request's tags, or a tool event, refused); None when
+    nothing is left."""
+    if not isinstance(name, str):
+        return None
+    return "".join(c for c in name if c.isprintable())[:MAX_ID_CHARS] or None
 
 
 def current_workflow() -> WorkflowContext | None:
@@ -159,7 +175,7 @@ def _end(ctx: WorkflowContext, returned: bool) -> None:
         return
     for observer in list(end_observers):
         notify(observer, workflow_id)
-    sender.submit(workflow_id, headers(ctx.authorization))
+    sender.submit_end(workflow_id, headers(ctx.authorization))
 
 
 STAT_KEYS = (
@@ -171,6 +187,11 @@ STAT_KEYS = (
     "unreachable",
     "tagging_failures",
     "observer_failures",
+    "sent_events",
+    "dropped_events",
+    "refused_events",
+    "invalid_events",
+    "event_failures",
 )
 
 
@@ -183,8 +204,17 @@ def stats() -> dict[str, int]:
     end_failures: end events the server kept failing; unreachable: times a server was found unreachable;
     tagging_failures: requests sent untagged because tagging them failed (a bug); observer_failures: events an
     observer (the trace recorder) failed to take; pending_ends: end events not sent yet.
+    Tool events (agentcache_sdk._tools): sent_events: events the server took; dropped_events: not delivered (the
+    server unreachable, the exit wait over, the queue full); refused_events: refused by the server (HTTP 4xx: an
+    older server without the events route); invalid_events: never sent, their fields breaking the server's
+    rules; event_failures: batches the server kept failing; pending_events: not sent yet.
     """
-    return {**dict.fromkeys(STAT_KEYS, 0), **counted(), "pending_ends": sender.pending()}
+    return {
+        **dict.fromkeys(STAT_KEYS, 0),
+        **counted(),
+        "pending_ends": sender.pending("ends"),
+        "pending_events": sender.pending("events"),
+    }
 
 
 def end_workflow() -> bool:

@@ -23,7 +23,7 @@ import agentcache_sdk as ac
 from agentcache.server_ext.launcher import free_port
 from agentcache.tags import agent_of
 from agentcache.trace import read_trace
-from agentcache_sdk import _config, _counters, _end_events, _workflow
+from agentcache_sdk import _config, _counters, _events, _workflow
 
 
 class Recording(ThreadingHTTPServer):
@@ -750,7 +750,7 @@ def test_a_workflow_without_a_tagged_request_sends_no_end(fake):
 
 
 def test_ends_to_an_unreachable_worker_are_dropped_at_once_until_the_cool_down_is_over(fake, monkeypatch):
-    monkeypatch.setattr(_end_events, "UNREACHABLE_COOLDOWN_S", 0.5)
+    monkeypatch.setattr(_events, "UNREACHABLE_COOLDOWN_S", 0.5)
     monkeypatch.setattr(_counters, "counters", Counter())  # the test process's exit warns of no dropped end
     worker_port = free_port()
     fake.workers = [f"http://127.0.0.1:{worker_port}"]  # behind a router, the end goes to a worker: nobody listens
@@ -797,10 +797,10 @@ def test_a_worker_that_does_not_answer_ends_holds_up_neither_the_others_nor_the_
         assert len([p for p, _, _ in hung.requests if p.endswith("/end")]) == 1, "tried once, then the breaker"
         assert ac.stats()["dropped_ends"] == 4, "the hung worker's part of each end was lost: counted"
 
-        monkeypatch.setattr(_end_events, "MAX_PENDING_ENDS", 0)
+        monkeypatch.setattr(_events, "MAX_PENDING", 0)
         with ac.workflow():
             httpx.post(f"{fake.url}/v1/chat/completions", json={"model": "m", "messages": [SYSTEM]})
-        assert ac.stats()["dropped_ends"] == 5 and _end_events.sender.pending() == 0, "beyond the bound: dropped"
+        assert ac.stats()["dropped_ends"] == 5 and _events.sender.pending() == 0, "beyond the bound: dropped"
     finally:
         for worker in workers:
             worker.shutdown()
