@@ -122,6 +122,7 @@ def stats(cache: Any, tenant: str, operator: bool, page: Page, decided: dict[str
         "lost_releases": registry.lost_releases,
         **_traffic(c, dict(cache.invalid_tags), decided),
         "forecasters": cache._consult("statistics", cache.policy.forecast_stats) or {},
+        "pauses": cache._consult("statistics", cache.policy.pause_counts) or {"open": 0, "cut_off": 0},
         "predictor_faults": dict(cache.policy.predictor.faults) if isinstance(cache.policy, PBKVPolicy) else {},
         "policy_faults": dict(cache.policy_faults),
         "prefetch": {

@@ -111,6 +111,20 @@ def test_the_scheduler_hands_the_policy_each_event_in_order_scoped_to_the_tenant
     ok, own = control(scheduler, "stats", {"tenant": "t/lab", "tool_events": {"skipped": 1, "refused": 4}})
     assert ok and own["tool_events"] == {"tool_start": 1, "tool_end": 1, "skipped": 1, "refused": 4}
     assert cache.stats()["tool_events"] == {"tool_start": 2, "tool_end": 1, "skipped": 0, "refused": 0}
+    assert cache.stats()["pauses"] == {"open": 0, "cut_off": 0} and "pauses" not in own
+
+
+def test_a_start_opens_a_pause_in_the_policy_for_the_tenants_own_active_workflow_alone():
+    scheduler = scheduler_with_cache()
+    cache = scheduler.tree_cache
+    cache.policy.registry.observe(WorkflowKey("t", "w"), scoped_agent("t", "coder"), 1.0)
+    start, end = ["tool_start", "w", "coder", "pytest"], ["tool_end", "w", "coder", "pytest"]
+    control(scheduler, "tool_events", {"tenant": "t", "ts": 2.0, "events": [start]})
+    assert cache.stats()["pauses"] == {"open": 1, "cut_off": 0}
+    control(scheduler, "tool_events", {"tenant": "u", "ts": 3.0, "events": [end, start]})  # u has no workflow w
+    assert cache.stats()["pauses"] == {"open": 1, "cut_off": 0}
+    control(scheduler, "tool_events", {"tenant": "t", "ts": 4.0, "events": [end]})
+    assert cache.stats()["pauses"] == {"open": 0, "cut_off": 0}
 
 
 def test_a_policy_that_raises_on_a_tool_event_is_counted_and_the_rest_of_the_batch_heard(caplog):
@@ -178,12 +192,40 @@ def test_events_are_accepted_counted_per_tenant_and_an_invalid_batch_applies_not
     assert operator["refused"] - operator_before["refused"] == 263
 
 
+def generate(server, headers, workflow, agent):
+    tags = {"v": 1, "workflow": workflow, "agent": f"a:{agent}", "agent_name": agent}
+    request = {
+        "input_ids": [31, 32, 33, 34],
+        "sampling_params": {"max_new_tokens": 1, "custom_params": {"agentcache": tags}},
+    }
+    server.client.post("/generate", json=request, headers=headers).raise_for_status()
+
+
+def open_pauses(server):
+    r = server.client.get("/agentcache/v1/stats", params={"limit": 1})
+    assert r.status_code == 200, r.text
+    return r.json()["pauses"]["open"]
+
+
 @pytest.mark.server
-def test_one_tenants_events_for_a_workflow_id_another_uses_count_for_its_own_alone(server):
+def test_the_policy_hears_each_tenants_events_for_its_own_workflows_alone(server):
+    """Tenants A and B both run a workflow "shared-tools": B's tool start opens a pause in B's alone (A's end for
+    that id closes nothing), A's start for a workflow id only B runs keeps nothing, and B's end closes B's."""
     a, b = {**A, "x-agentcache-tenant": "iso-tools"}, {**B, "x-agentcache-tenant": "iso-tools"}
-    assert post(server, b, event(workflow="shared-tools"), event(workflow="shared-tools", agent="tester")).is_success
-    assert tool_counts(server, b) == {"tool_start": 2, "tool_end": 0, "skipped": 0, "refused": 0}
-    assert tool_counts(server, a) == {"tool_start": 0, "tool_end": 0, "skipped": 0, "refused": 0}
+    generate(server, a, "shared-tools", "coder")
+    generate(server, b, "shared-tools", "coder")
+    generate(server, b, "b-only-tools", "coder")
+    before = open_pauses(server)
+    assert post(server, b, event(workflow="shared-tools")).json() == {"accepted": 1, "skipped": 0}
+    assert open_pauses(server) == before + 1, "the policy heard B's start"
+    assert post(server, a, event("tool_end", workflow="shared-tools")).is_success
+    assert post(server, a, event(workflow="b-only-tools")).is_success
+    assert open_pauses(server) == before + 1, "A's events reach A's workflows alone"
+    assert post(server, b, event("tool_end", workflow="shared-tools")).is_success
+    assert open_pauses(server) == before
+    assert tool_counts(server, b) == {"tool_start": 1, "tool_end": 1, "skipped": 0, "refused": 0}
+    assert tool_counts(server, a) == {"tool_start": 1, "tool_end": 1, "skipped": 0, "refused": 0}
+    assert "pauses" not in server.client.get("/agentcache/v1/stats", headers=a).json(), "the server's, not a tenant's"
 
 
 @pytest.mark.server
