@@ -5,8 +5,8 @@ worker. The SDK chooses that key per request (``workflow-aware``, the default:
 ``agentcache-worker-<slot>``, the slot :class:`agentcache.routing.WorkflowAwareRouting`
 chose; or ``workflow-affinity``: the workflow id). The router drops body
 fields, so tags reach the workers through the ``x-request-id-agentcache``
-header it forwards; it 404s ``/agentcache/...``, so clients send end events to
-every worker it lists on ``GET /workers`` (agentcache_sdk does).
+header it forwards; it 404s ``/agentcache/...``, so clients send end events and
+tool events to every worker it lists on ``GET /workers`` (agentcache_sdk does).
 
 A slot is a worker only if the router placed the N slot keys on N different
 workers. ``--assignment-mode min_group`` places a new key on the worker with
