@@ -1,5 +1,5 @@
-"""`agentcache replay`: a trace through SGLang's radix cache once per policy and capacity, or through N modelled
-workers per routing (--instances): a table, a plot, or --json.
+"""`agentcache replay`: a trace through SGLang's radix cache once per policy and capacity, or in the timed replay
+through one modelled worker (--timed) or N per routing (--instances): a table, a plot, or --json.
 
 The replay itself (agentcache.replay.runner) imports SGLang (about 15 s): it loads once the arguments are checked.
 """
@@ -71,6 +71,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="serve the trace with N modelled workers that split --capacity, in the timed replay (default 1)",
     )
     p.add_argument(
+        "--timed",
+        action="store_true",
+        help="serve the trace in the timed replay (one modelled SGLang worker; --instances above 1 implies it):"
+        " times to first token, those of the calls that follow a tool, and workflow completion times",
+    )
+    p.add_argument(
         "--routing",
         default="round-robin,power-of-two,cache-aware,workflow-affinity,workflow-aware",
         help="with --instances: comma-separated routings (default %(default)s)",
@@ -79,7 +85,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--time-scale",
         type=float,
         default=1.0,
-        help="with --instances: multiply arrival times by this; below 1 compresses them into more load (default 1)",
+        help="in the timed replay (--timed, --instances): multiply arrival times by this; below 1 compresses them into"
+        " more load (default 1)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON list, an object per run")
     p.add_argument("--plot", metavar="FILE.png", help="draw hit rate over time per policy")
@@ -156,9 +163,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--noise must be in [0, 1], got {args.noise}")
     names = list(dict.fromkeys(n.strip() for n in args.policy.split(",") if n.strip()))
     with_ceiling, grouped = UNLIMITED in names, BEST_BUILTIN in names
-    if (with_ceiling or grouped) and args.instances > 1:
+    timed = args.timed or args.instances > 1
+    if (with_ceiling or grouped) and timed:
         if args.policy != REPLAY_POLICIES:
-            raise UsageError(f"--policy: {BEST_BUILTIN} and {UNLIMITED} compare one cache: not with --instances")
+            raise UsageError(
+                f"--policy: {BEST_BUILTIN} and {UNLIMITED} compare one untimed cache: not with --instances or --timed"
+            )
         with_ceiling = grouped = False
     # The group's strategies in its place in the list, except those named on their own (shown on their own).
     grouped_builtins = [b for b in BUILTINS if b not in names] if grouped else []
@@ -188,10 +198,12 @@ def run(args: argparse.Namespace) -> int:
             spec.build(trace.meta.call_graph, trace=trace)
     except (ValueError, OSError) as exc:
         raise UsageError(f"--predictor: {exc}") from None
-    if args.instances > 1 and spec.offline:
-        raise UsageError("--predictor oracle follows one cache's requests in trace order: not with --instances")
-    if args.instances > 1 and args.told_reads:
-        raise UsageError("--told-reads follows one cache's requests in trace order: not with --instances")
+    if timed and spec.offline:
+        raise UsageError(
+            "--predictor oracle follows one cache's requests in trace order: not with --instances or --timed"
+        )
+    if timed and args.told_reads:
+        raise UsageError("--told-reads follows one cache's requests in trace order: not with --instances or --timed")
     forecaster = None if own else str(spec)  # what the results say of whose forecasts they had
 
     def predictor_factory():  # noqa: ANN202
@@ -203,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     options = {"host_capacity": args.host_capacity, "lease_s": args.lease, "predictor_factory": predictor_factory}
     if args.instances < 1:
         raise UsageError(f"--instances must be >= 1, got {args.instances}")
-    if args.instances > 1:
+    if timed:
         return _replay_cluster(args, trace, policies, capacities, options, forecaster)
     options["told_reads"] = args.told_reads
     from rich.progress import Progress
@@ -238,8 +250,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, options, forecaster) -> int:  # noqa: ANN001
-    """--instances N: the timed replay with N workers that split the capacity, per routing; `forecaster`: the one
-    --predictor gave pbkv (None: each policy's own)."""
+    """The timed replay (--timed, or --instances N: N workers that split the capacity, per routing);
+    `forecaster`: the one --predictor gave pbkv (None: each policy's own)."""
     from agentcache.policy import PolicyConfigError
 
     ignored = _parse_event_groups(args.ignore_events)  # the trace has them left out already
@@ -247,7 +259,8 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
     from agentcache.replay.scale_out import RoutingError, parse_routings, replay_cluster
 
     try:
-        routings = parse_routings(args.routing)
+        # one worker: every routing sends it all (the first listed names the run)
+        routings = parse_routings(args.routing)[: 1 if args.instances == 1 else None]
     except RoutingError as exc:
         raise UsageError(f"--routing: {exc}") from None
     if args.time_scale <= 0:
@@ -287,43 +300,51 @@ def _replay_cluster(args: argparse.Namespace, trace, policies, capacities, optio
         return 0
     from agentcache.replay.report import print_fitted_table
 
-    title = f"{trace.meta.name or args.trace}: {args.instances} workers, time scale {args.time_scale:g}"
+    workers = f"{args.instances} workers" if args.instances > 1 else "1 worker"
+    title = f"{trace.meta.name or args.trace}: {workers}, time scale {args.time_scale:g}"
     title += _ignored_note(ignored)
     if forecaster is not None:
         title += f", forecaster {forecaster}"
-    headers = (
-        "capacity",
-        "policy",
-        "routing",
-        "hit rate",
-        "TTFT p50 (s)",
-        "TTFT p90 (s)",
-        "req/s",
-        "util",
-        "imbalance",
+    print_fitted_table(title, *_timed_table(runs, args.instances))
+    _note_oversized(
+        [(run["capacity"], run["requests"], run["oversized_requests"]) for run in runs], args.instances, timed=True
     )
-    rows = [
-        (
-            str(run["capacity"]),
-            run["policy"],
-            run["routing"],
-            f"{run['hit_rate']:.1%}",
-            f"{run['ttft_p50_s']:.3f}",
-            f"{run['ttft_p90_s']:.3f}",
-            f"{run['throughput_rps']:.2f}",
-            f"{run['utilization']:.0%}",
-            f"{run['imbalance']:.2f}",
-        )
-        for run in runs
-    ]
-    print_fitted_table(title, headers, rows)
-    _note_oversized([(run["capacity"], run["requests"], run["oversized_requests"]) for run in runs], args.instances)
     return 0
 
 
-def _note_oversized(runs: Sequence[tuple[int, int, int]], instances: int) -> None:
+def _timed_table(runs: Sequence[dict], instances: int) -> tuple[list[str], list[list[str]]]:
+    """The timed replay's headers and rows: routing and imbalance with several workers, the TTFT of the calls
+    that follow a tool where any did."""
+    columns = [
+        ("capacity", lambda r: str(r["capacity"])),
+        ("policy", lambda r: r["policy"]),
+        *([("routing", lambda r: r["routing"])] if instances > 1 else []),
+        ("hit rate", lambda r: f"{r['hit_rate']:.1%}"),
+        ("TTFT p50 (s)", lambda r: f"{r['ttft_p50_s']:.3f}"),
+        ("TTFT p90 (s)", lambda r: f"{r['ttft_p90_s']:.3f}"),
+    ]
+    if any(r["post_tool_requests"] for r in runs):
+        columns += [
+            ("after-tool TTFT p50 (s)", lambda r: _seconds(r["post_tool_ttft_p50_s"])),
+            ("after-tool TTFT p90 (s)", lambda r: _seconds(r["post_tool_ttft_p90_s"])),
+        ]
+    columns += [
+        ("workflow p50 (s)", lambda r: f"{r['workflow_completion_p50_s']:.2f}"),
+        ("workflow p90 (s)", lambda r: f"{r['workflow_completion_p90_s']:.2f}"),
+        ("req/s", lambda r: f"{r['throughput_rps']:.2f}"),
+        ("util", lambda r: f"{r['utilization']:.0%}"),
+        *([("imbalance", lambda r: f"{r['imbalance']:.2f}")] if instances > 1 else []),
+    ]
+    return [name for name, _ in columns], [[cell(run) for _, cell in columns] for run in runs]
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _note_oversized(runs: Sequence[tuple[int, int, int]], instances: int, *, timed: bool = False) -> None:
     """Say, per capacity, how many requests needed more KV than the cache (a worker's) holds: figures of a run
-    where some or all did are not what they seem (every one a miss, or with workers, left out)."""
+    where some or all did are not what they seem (every one a miss, or in the timed replay, left out)."""
     worst: dict[int, tuple[int, int]] = {}
     for capacity, requests, oversized in runs:
         worst[capacity] = max(worst.get(capacity, (0, requests)), (oversized, requests))
@@ -332,9 +353,12 @@ def _note_oversized(runs: Sequence[tuple[int, int, int]], instances: int) -> Non
             continue
         if instances > 1:
             where = f"a worker holds ({capacity // instances:,} tokens of --capacity {capacity:,})"
+        else:
+            where = f"the cache holds (--capacity {capacity:,})"
+        if timed:
             fate = "refused, as SGLang refuses them; the figures are the other requests'"
         else:
-            where, fate = f"the cache holds (--capacity {capacity:,})", "each computed and never cached"
+            fate = "each computed and never cached"
         console.print(
             f"{oversized:,} of {requests:,} requests need more KV (prompt and output) than {where}: {fate}",
             style="yellow",

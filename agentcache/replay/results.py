@@ -3,8 +3,11 @@ load this without the ~15 s the runner takes)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from agentcache.trace import Event, Request, ToolEnd
 
 UNLIMITED = "unlimited"  # a cache that never evicts: the ceiling of every policy's hit rate
 
@@ -39,3 +42,28 @@ class ReplayResult:
         if not timeline:
             del out["timeline"]
         return out
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of values sorted ascending (the value at rank floor(q n)); 0.0 of none."""
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def calls_after_tools(events: Iterable[Event]) -> set[int]:
+    """The requests (places among the trace's requests) that follow a tool: each the agent's first call in its
+    workflow after its tool_end, the call that reads the paused agent's prompt and answer back (what a cache that
+    lost them during the pause makes it compute again)."""
+    waiting: set[tuple[str, str]] = set()  # (workflow, agent) whose tool ended and whose next call has not come
+    after: set[int] = set()
+    index = 0
+    for e in events:
+        if isinstance(e, ToolEnd):
+            waiting.add((e.workflow, e.agent))
+        elif isinstance(e, Request):
+            if (e.workflow, e.agent) in waiting:
+                waiting.discard((e.workflow, e.agent))
+                after.add(index)
+            index += 1
+    return after

@@ -5,8 +5,11 @@ SGLang 0.5.23's scheduler (:mod:`agentcache.replay.scheduler` says what it
 models); a client waits for each answer before its workflow's next call.
 Several workers share one clock; a router chooses each request's worker when
 it arrives. Figures: hit rate, time to first token and end-to-end latency
-(median, p90, p99) and throughput, per worker and in total. The seconds are
-the cost model's (an 8B model on one H100, docs/results/serving-model.md states its
+(median, p90, p99) and throughput, per worker and in total; the time to first
+token of the calls that follow a tool (p50, p90: each the agent's first call
+after its tool_end, which reads back what the pause left idle) and each
+workflow's completion time (first request's arrival to last answer; p50,
+p90). The seconds are the cost model's (an 8B model on one H100, docs/results/serving-model.md states its
 anchors), not measurements.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy import PolicySpec, WorkflowRegistry
 from agentcache.predictor import Predictor
+from agentcache.replay.results import calls_after_tools, quantile
 from agentcache.replay.runner import PreparedTrace, as_spec, build_replay_cache, hear_tool, request_tags
 from agentcache.replay.scheduler import DEFAULT_PREFILL_BUDGET, Served, Worker
 from agentcache.replay.tokens import EncodedRequest
@@ -45,6 +49,7 @@ class ServingResult:
     evicted_tokens: list[dict[str, int]] = field(default_factory=list)
     busy_s: list[float] = field(default_factory=list)  # per worker: time spent in scheduler steps
     active_workflows: list[int] = field(default_factory=list)  # per worker, at the end: neither ended nor expired
+    after_tool: set[int] = field(default_factory=set)  # the requests (trace places) that follow a tool
 
     def summary(self, worker: int | None = None) -> dict[str, Any]:
         rows = [s for s in self.served if worker is None or s.worker == worker]
@@ -54,6 +59,8 @@ class ServingResult:
         span = (max(s.finished for s in done) - min(s.arrival for s in rows)) if done else 0.0
         ttft = sorted(s.ttft_s for s in done)
         latency = sorted(s.latency_s for s in done)
+        post_tool = sorted(s.ttft_s for s in done if s.index in self.after_tool)
+        completion = sorted(workflow_completions(rows).values())
         return {
             "requests": len(rows),
             "oversized_requests": len(rows) - len(done),
@@ -62,16 +69,22 @@ class ServingResult:
             "hit_tokens": hits,
             "hit_rate": hits / prompt if prompt else 0.0,
             "computed_prompt_tokens": prompt - hits - sum(s.loaded_tokens for s in done),
-            "ttft_p50_s": _quantile(ttft, 0.5),
-            "ttft_p90_s": _quantile(ttft, 0.9),
-            "ttft_p99_s": _quantile(ttft, 0.99),
-            "latency_p50_s": _quantile(latency, 0.5),
-            "latency_p90_s": _quantile(latency, 0.9),
-            "latency_p99_s": _quantile(latency, 0.99),
+            "ttft_p50_s": quantile(ttft, 0.5),
+            "ttft_p90_s": quantile(ttft, 0.9),
+            "ttft_p99_s": quantile(ttft, 0.99),
+            "latency_p50_s": quantile(latency, 0.5),
+            "latency_p90_s": quantile(latency, 0.9),
+            "latency_p99_s": quantile(latency, 0.99),
             "makespan_s": span,
             "throughput_rps": len(done) / span if span > 0 else 0.0,
             "utilization": self.utilization(worker),
             "queue_wait_mean_s": sum(s.admitted_at - s.arrival for s in done) / len(done) if done else 0.0,
+            # None where no call followed a tool (a trace without tool events)
+            "post_tool_requests": len(post_tool),
+            "post_tool_ttft_p50_s": quantile(post_tool, 0.5) if post_tool else None,
+            "post_tool_ttft_p90_s": quantile(post_tool, 0.9) if post_tool else None,
+            "workflow_completion_p50_s": quantile(completion, 0.5),
+            "workflow_completion_p90_s": quantile(completion, 0.9),
         }
 
     def utilization(self, worker: int | None = None) -> float:
@@ -93,10 +106,15 @@ class ServingResult:
         }
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+def workflow_completions(served: Sequence[Served]) -> dict[str, float]:
+    """Per workflow with an answered request: its first request's arrival to its last answer."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for s in served:
+        first[s.workflow] = min(first.get(s.workflow, s.arrival), s.arrival)
+        if s.admitted:
+            last[s.workflow] = max(last.get(s.workflow, s.finished), s.finished)
+    return {w: last[w] - first[w] for w in last}
 
 
 def serve_trace(
@@ -232,4 +250,5 @@ def serve_trace(
     result.evicted_tokens = [dict(w.cache.component.evicted_tokens) for w in pool]
     result.busy_s = [w.busy_s for w in pool]
     result.active_workflows = [len(w.policy.registry) for w in pool]
+    result.after_tool = calls_after_tools(prepared.trace.events)
     return result
