@@ -37,23 +37,30 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
 
 
 def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
-    """Plain sentences: `ours` against each of SGLang's strategies that ran (its session caches included), per
-    repetition, and which of them was best."""
+    """Plain sentences: `ours` against each of SGLang's strategies that ran (its session caches included) and each
+    variant of ours (pbkv/-tools: without what tool events tell it), per repetition, and which of SGLang's was
+    best."""
     policies = list(dict.fromkeys(r.policy for r in runs))
     if ours not in policies:
         return []
     builtins = [p for p in policies if p != ours and runs_on_plain_sglang(PolicySpec.parse(p))]
+    variants = [p for p in policies if p.startswith(f"{ours}/")]
+    after_tools = any(r.post_tool_requests for r in runs if r.policy == ours)
     lines = []
-    for base in builtins:
+    for base in [*builtins, *variants]:
         tokens = paired_ratios(runs, ours, base, "computed_prompt_tokens")
         ttft = paired_ratios(runs, ours, base, "ttft_s")
         makespan = paired_ratios(runs, ours, base, "makespan_s")
         fewer = sum(t < 1.0 for t in tokens)
         each = ", ".join(f"{t:.2f}x" for t in tokens)
+        after_tool = ""
+        if after_tools:
+            post = paired_ratios(runs, ours, base, "post_tool_ttft_p90_s")
+            after_tool = f", p90 time to first token after a tool {median_range(post, '.2f', 'x')}"
         lines.append(
             f"{ours} vs {base}: computed {statistics.median(tokens):.2f}x the prompt tokens (fewer in {fewer} of "
-            f"{len(tokens)} repetitions: {each}); time to first token {median_range(ttft, '.2f', 'x')}, completion "
-            f"time {median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
+            f"{len(tokens)} repetitions: {each}); time to first token {median_range(ttft, '.2f', 'x')}{after_tool},"
+            f" completion time {median_range(makespan, '.2f', 'x')} (medians of per-repetition ratios, [min-max])"
         )
     best = best_sglang_strategy(runs, besides=("lru", ours))
     if best is not None:

@@ -8,6 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentcache.bench.workload import Sent
+from agentcache.replay.results import quantile
+
+# The figures of the calls that follow a tool and of whole workflows, per run (None where a run had none) and
+# per policy (their medians over repetitions, with min and max).
+TOOL_FIGURES = (
+    "post_tool_ttft_p50_s",
+    "post_tool_ttft_p90_s",
+    "workflow_completion_p50_s",
+    "workflow_completion_p90_s",
+)
 
 
 @dataclass
@@ -45,8 +55,45 @@ class Run:
 
     @property
     def p90_latency_s(self) -> float:
-        latencies = sorted(s.latency_s for s in self.sent)
-        return latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))] if latencies else 0.0
+        return quantile(sorted(s.latency_s for s in self.sent), 0.9)
+
+    @property
+    def post_tool_requests(self) -> int:
+        return sum(s.after_tool for s in self.sent)
+
+    @property
+    def post_tool_ttft_p50_s(self) -> float | None:
+        return self._post_tool_ttft(0.5)
+
+    @property
+    def post_tool_ttft_p90_s(self) -> float | None:
+        return self._post_tool_ttft(0.9)
+
+    @property
+    def workflow_completion_p50_s(self) -> float | None:
+        return self._workflow_completion(0.5)
+
+    @property
+    def workflow_completion_p90_s(self) -> float | None:
+        return self._workflow_completion(0.9)
+
+    def _post_tool_ttft(self, q: float) -> float | None:
+        """The q-quantile of the time to first token of the calls that follow a tool (each agent's first after
+        its tool ended, the one that reads back what the pause left idle); None where none did."""
+        ttft = sorted(s.ttft_s for s in self.sent if s.after_tool)
+        return quantile(ttft, q) if ttft else None
+
+    def _workflow_completion(self, q: float) -> float | None:
+        """The q-quantile over workflows of first request sent to last answer; None where the run did not say
+        which workflow each request was (the demo's)."""
+        first: dict[str, float] = {}
+        last: dict[str, float] = {}
+        for s in self.sent:
+            if s.workflow is not None:
+                first[s.workflow] = min(first.get(s.workflow, s.sent_s), s.sent_s)
+                last[s.workflow] = max(last.get(s.workflow, 0.0), s.sent_s + s.latency_s)
+        spans = sorted(last[w] - first[w] for w in first)
+        return quantile(spans, q) if spans else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +106,9 @@ class Run:
             "mean_latency_s": self.mean_latency_s,
             "p90_latency_s": self.p90_latency_s,
             "makespan_s": self.makespan_s,
+            "prompt_tokens": self.prompt_tokens,
+            "post_tool_requests": self.post_tool_requests,
+            **{name: getattr(self, name) for name in TOOL_FIGURES},
         }
 
 
@@ -76,6 +126,12 @@ def spread(values: Iterable[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def spread_of_some(values: Iterable[float | None]) -> dict[str, float] | None:
+    """`spread` of the values given, those that are None aside; None where all are."""
+    given = [v for v in values if v is not None]
+    return spread(given) if given else None
+
+
 def summarize(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
     """The JSON contract: per policy, medians (with min and max) over its repetitions."""
     out: dict[str, dict[str, Any]] = {}
@@ -89,6 +145,7 @@ def summarize(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
             "ttft_s": spread(r.ttft_s for r in mine),
             "latency_s": spread(r.latency_s for r in mine),
             "makespan_s": spread(r.makespan_s for r in mine),
+            **{name: spread_of_some(getattr(r, name) for r in mine) for name in TOOL_FIGURES},
             "repetitions": [r.to_json() for r in mine],
         }
     return out

@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from agentcache.trace import End, Event, Request, Trace
+from agentcache.replay.results import calls_after_tools
+from agentcache.trace import End, Event, Request, ToolEvent, Trace
 
 # The default workload: a group chat (agents take turns on a shared, growing conversation), small enough to
 # run in minutes on 2 cores, sent fast enough that requests overlap and the cache is contended.
@@ -89,9 +90,10 @@ def first_workflows(trace: Trace, workflows: int | None) -> Trace:
 
 
 class Lifecycle(Enum):
-    """How a run tells its server where workflows end (every request carries its tags either way)."""
+    """How a run tells its server where workflows end, and whether it hears tool calls (every request carries its
+    tags either way)."""
 
-    PLUGIN = "plugin"  # agentcache's server: an End event goes to its end route
+    PLUGIN = "plugin"  # agentcache's server: an End event goes to its end route, tool events to its events route
     SESSIONS = "sessions"  # SGLang's session cache: each workflow a session (top-level session_id), closed at its End
     NONE = "none"  # plain SGLang: it has no notion of workflows
 
@@ -102,6 +104,9 @@ class Sent:
     latency_s: float
     prompt_tokens: int
     cached_tokens: int
+    workflow: str | None = None  # None: a run that does not say (the demo's)
+    after_tool: bool = False  # the agent's first call after its tool ended
+    sent_s: float = 0.0  # when it was sent, from the run's start
 
 
 @dataclass
@@ -127,23 +132,32 @@ class Workload:
     ) -> tuple[list[Sent], float]:
         """Send the whole workload; every answer, and the completion time (first request to last answer).
 
-        With sessions, a workflow that never ends keeps its session open, as on a real server."""
-        by_workflow: dict[str, list[Request | End]] = {}
+        With sessions, a workflow that never ends keeps its session open, as on a real server. The trace's tool
+        events go to the plugin's events route at their times (a workflow's each after its call before it was
+        answered, as a client's come); a server without the plugin has no such route and hears none."""
+        after_tool = calls_after_tools(self.trace.events)
+        by_workflow: dict[str, list[tuple[Request | End | ToolEvent, bool]]] = {}
+        requests = 0
         for e in self.trace.events:
-            if isinstance(e, (Request, End)):  # a trace's tool events are not sent (the SDK's own, issue 52)
-                by_workflow.setdefault(e.workflow, []).append(e)
+            if isinstance(e, ToolEvent) and lifecycle is not Lifecycle.PLUGIN:
+                continue
+            by_workflow.setdefault(e.workflow, []).append((e, isinstance(e, Request) and requests in after_tool))
+            requests += isinstance(e, Request)
         sent: list[Sent] = []
         start = time.monotonic()
         last_answer = start
 
         async def run(client: httpx.AsyncClient, events: list[Any]) -> None:
             nonlocal last_answer
-            for e in events:
+            for e, follows_tool in events:
                 delay = e.ts * self.time_scale - (time.monotonic() - start)
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if isinstance(e, End):
                     await end(client, base_url, e.workflow, lifecycle)
+                    continue
+                if isinstance(e, ToolEvent):
+                    await tool_event(client, base_url, e)
                     continue
                 ids, fixed = self.tokens.prompt(e)
                 tags = {"v": 1, "workflow": e.workflow, "agent": e.agent, "agent_name": e.agent, "fixed_tokens": fixed}
@@ -155,7 +169,10 @@ class Workload:
                 body: dict[str, Any] = {"input_ids": ids, "sampling_params": params}
                 if lifecycle is Lifecycle.SESSIONS:  # SGLang's radix-native session: the top-level id alone
                     body["session_id"] = e.workflow
-                sent.append(await generate(client, base_url, body))
+                sent_s = time.monotonic() - start
+                answer = await generate(client, base_url, body)
+                answer.workflow, answer.after_tool, answer.sent_s = e.workflow, follows_tool, sent_s
+                sent.append(answer)
                 last_answer = max(last_answer, time.monotonic())
                 if on_answer is not None:
                     on_answer()
@@ -173,6 +190,14 @@ async def end(client: httpx.AsyncClient, base_url: str, workflow: str, lifecycle
         r = await client.post(f"{base_url}/close_session", json={"session_id": workflow})
     else:
         return
+    if r.is_error:
+        raise BenchError(f"{r.request.url} answered {r.status_code}: {r.text.strip()[:300]}")
+
+
+async def tool_event(client: httpx.AsyncClient, base_url: str, event: ToolEvent) -> None:
+    """A tool call's start or end, as the SDK tells the plugin (the server stamps its own clock on arrival)."""
+    body = {"events": [{"type": event.TYPE, "workflow": event.workflow, "agent": event.agent, "tool": event.tool}]}
+    r = await client.post(f"{base_url}/agentcache/v1/events", json=body)
     if r.is_error:
         raise BenchError(f"{r.request.url} answered {r.status_code}: {r.text.strip()[:300]}")
 

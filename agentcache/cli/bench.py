@@ -36,7 +36,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "strategies on plain SGLang (--radix-eviction-policy; session-lru and session-lfu: its session cache, "
         "--enable-session-radix-cache, each workflow a session closed at its end), agentcache's on the plugin; "
         "report medians with "
-        "min-max of time to first token, latency, completion time, prompt tokens computed and hit rate."
+        "min-max of time to first token, latency, completion time, prompt tokens computed and hit rate, and of the "
+        "time to first token of the calls that follow a tool (a trace's tool events go to the plugin's events route at"
+        " their times; plain SGLang hears none) and each workflow's completion time (p50, p90)."
     )
     workload = p.add_mutually_exclusive_group()
     workload.add_argument(
@@ -85,7 +87,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="end with one JSON line: per policy hit_rate, computed_prompt_tokens, runs, and ttft_s, latency_s, "
-        "makespan_s as {median, min, max}",
+        "makespan_s, post_tool_ttft_p50_s, post_tool_ttft_p90_s (the calls that follow a tool; null without any), "
+        "workflow_completion_p50_s, workflow_completion_p90_s as {median, min, max}, and per repetition each figure",
     )
     p.set_defaults(run=run)
 
@@ -143,20 +146,19 @@ def run(args: argparse.Namespace) -> int:
         f"{name}: {len(trace.requests)} requests, {args.repeat} repetitions, KV capacity {capacity} tokens "
         "(medians, [min-max] over repetitions)"
     )
+    # the calls that follow a tool where the trace has any; each workflow's completion time
+    figures = {"ttft_s": "time to first token (s)", "latency_s": "latency (s)", "makespan_s": "completion (s)"}
+    if any(rep["post_tool_requests"] for r in summary.values() for rep in r["repetitions"]):
+        figures |= {
+            "post_tool_ttft_p50_s": "after-tool TTFT p50 (s)",
+            "post_tool_ttft_p90_s": "after-tool TTFT p90 (s)",
+        }
+    figures |= {"workflow_completion_p50_s": "workflow p50 (s)", "workflow_completion_p90_s": "workflow p90 (s)"}
     rows = []
     for policy, r in summary.items():
-        cells = [
-            median_range([rep[k] for rep in r["repetitions"]], ".2f") for k in ("ttft_s", "latency_s", "makespan_s")
-        ]
+        cells = [median_range([rep[k] for rep in r["repetitions"]], ".2f") for k in figures]
         rows.append((policy, f"{r['hit_rate']:.1%}", f"{r['computed_prompt_tokens']:,.0f}", *cells))
-    headers = (
-        "policy",
-        "hit rate",
-        "prompt tokens computed",
-        "time to first token (s)",
-        "latency (s)",
-        "completion (s)",
-    )
+    headers = ("policy", "hit rate", "prompt tokens computed", *figures.values())
     print_fitted_table(title, headers, rows)
     for line in comparisons(runs):
         Console().print(line, soft_wrap=True, markup=False)
