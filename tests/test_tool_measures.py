@@ -130,6 +130,24 @@ def test_a_bench_run_reports_the_ttft_after_tools_and_workflow_completion_per_po
     assert set(summary["lru"]) >= {"hit_rate", "ttft_s", "latency_s", "makespan_s", *TOOL_FIGURES}
 
 
+def test_pbkv_without_tool_events_runs_on_the_plugin_and_is_sent_them_as_pbkv_is():
+    """pbkv/-tools is pbkv with its tools ingredient off: the same traffic (tool events included) on the plugin,
+    which runs it by that name; SGLang's strategies run on plain SGLang and are sent none."""
+    from agentcache.bench.runner import BenchOptions, lifecycle_of, serve_options
+    from agentcache.policy import PolicySpec
+    from agentcache.server_ext.launcher import sglang_command
+
+    spec = PolicySpec.parse("pbkv/-tools")
+    assert spec.ingredients is not None and not spec.ingredients.tools
+    assert PolicySpec.parse("pbkv").ingredients.tools
+    assert lifecycle_of(spec) is lifecycle_of(PolicySpec.parse("pbkv")) is Lifecycle.PLUGIN
+    options = serve_options(spec, BenchOptions(cpu=True), 8000, "run")
+    command, _ = sglang_command(options, "/models/m")
+    assert options.plugin and command[command.index("--agentcache-policy") + 1] == "pbkv/-tools"
+    for builtin in ("lru", "lfu", "session-lfu"):
+        assert lifecycle_of(PolicySpec.parse(builtin)) is not Lifecycle.PLUGIN
+
+
 def test_the_bench_sends_tool_events_to_the_plugin_alone_in_each_workflows_order():
     """The plugin hears each tool event on its events route (the wire contract: a list of events, no `ts`), in the
     workflow's order between the calls they separate; plain SGLang and its session cache have no such route."""
