@@ -41,8 +41,9 @@ class Forecasts:
 
     def paused(self, workflow: WorkflowKey, waiting: list[str]) -> None:
         """The workflow's next caller is one of `waiting` (agents waiting on a tool, or back from one): each is
-        called at the next step for certain, what the forecast says then follows a step later,
-        v(a) = [a waiting] + gamma v_w(a). With none waiting, the forecast's own values again."""
+        worth at least the one call it makes for certain, v(a) = max(v_w(a), 1); the forecast's own values
+        already count its return where the forecaster has learned it (raising them more valued paused paths
+        above what they are read, measured). With none waiting, the forecast's own values again."""
         own = self._unpaused.pop(workflow, None)
         if own is None:
             own = self.values.get(workflow)
@@ -51,10 +52,10 @@ class Forecasts:
         if not waiting:
             self.values[workflow] = own
             return
-        gamma = self.gamma
-        values = {a: gamma * v for a, v in own.items()}
+        values = dict(own)
         for agent in waiting:
-            values[agent] = values.get(agent, 0.0) + 1.0
+            if values.get(agent, 0.0) < 1.0:
+                values[agent] = 1.0
         self.values[workflow] = values
         self._unpaused[workflow] = own
 
