@@ -31,7 +31,9 @@ def parse_args(description: str, workflows: int = 6) -> argparse.Namespace:
     p.add_argument("--model-size", default="tiny", help="bundled server's random-weight model (default %(default)s)")
     p.add_argument("--port", type=int, default=30200, help="bundled server's port (default %(default)s)")
     p.add_argument(
-        "--json", action="store_true", help="end with one JSON line: workflows, requests, prompt_tokens, cached_tokens"
+        "--json",
+        action="store_true",
+        help="end with one JSON line: workflows, requests, prompt_tokens, cached_tokens, tool_calls, tool_events",
     )
     p.add_argument(
         "--record", metavar="TRACE.jsonl", help="record the app's LLM traffic as a trace for agentcache replay"
@@ -87,19 +89,23 @@ async def run_workflows(
     return per_workflow
 
 
-def report(args: argparse.Namespace, per_workflow: dict[str, dict[str, int]]) -> None:
-    ac.flush(30)  # end events go out in the background
-    usage = ac.usage()
+def report(args: argparse.Namespace, per_workflow: dict[str, dict[str, int]], tool_calls: int = 0) -> None:
+    """Print the summary; `tool_calls`: the tools the app ran. `tool_events`: what the SDK sent the server."""
+    ac.flush(30)  # end and tool events go out in the background
+    usage, sdk = ac.usage(), ac.stats()
     summary = {
         "workflows": len(per_workflow),
         "requests": usage["requests"],
         "prompt_tokens": usage["prompt_tokens"],
         "cached_tokens": usage["cached_tokens"],
+        "tool_calls": tool_calls,
+        "tool_events": {key: sdk[key] for key in ("sent_events", "dropped_events", "refused_events")},
         "per_workflow": per_workflow,
     }
     rate = summary["cached_tokens"] / summary["prompt_tokens"] if summary["prompt_tokens"] else 0.0
     print(
-        f"{summary['workflows']} workflows, {summary['requests']} requests, {rate:.1%} of prompt tokens from cache",
+        f"{summary['workflows']} workflows, {summary['requests']} requests, {tool_calls} tool calls,"
+        f" {rate:.1%} of prompt tokens from cache",
         file=sys.stderr,
     )
     if args.json:

@@ -1,4 +1,4 @@
-"""A CrewAI flow with a self-evaluation loop (writer crew, editor crew), wrapped with agentcache's one decorator.
+"""A CrewAI flow with a self-evaluation loop (writer crew with a tool, editor crew), with agentcache's decorator.
 
     .venv/bin/python examples/crewai_flow.py --workflows 4 --json
 
@@ -7,9 +7,15 @@
           +--------- revise -----------+   (at most three drafts)
 
 Built the way CrewAI's docs build a self-evaluation flow; the only agentcache
-line is the decorator on `solve`. The served model has random weights, so the
-editor's verdict is a seeded coin flip, never read from its text, and agents
-make exactly one call per task (no tools, one iteration, no retries).
+line is the decorator on `solve`, whose integration reports each tool call
+from CrewAI's tool hooks. The served model has random weights, so the editor's
+verdict is a seeded coin flip, never read from its text, and agents make
+exactly the calls the script gives them (no retries): the editor one per task;
+the writer, which has a `check_facts` tool, two: its model's first answer is
+scripted to call the tool (random weights never ask for one; a custom LLM,
+as CrewAI's docs write one, sends the real request and then answers with the
+call), the tool takes a seeded fraction of a second, and the writer's second
+call reads its result.
 """
 
 from __future__ import annotations
@@ -31,25 +37,84 @@ os.environ["HOME"] = _HOME
 os.environ["CREWAI_STORAGE_DIR"] = os.path.join(_HOME, "storage")
 
 import asyncio  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from typing import Any  # noqa: E402
 
 from _support import parse_args, report, run_workflows, server  # noqa: E402
 from crewai import LLM, Agent, Crew, Process, Task  # noqa: E402
 from crewai.flow.flow import Flow, listen, router, start  # noqa: E402
+from crewai.llms.base_llm import BaseLLM  # noqa: E402
+from crewai.tools import tool  # noqa: E402
+from openai.types.chat.chat_completion_message_function_tool_call import (  # noqa: E402
+    ChatCompletionMessageFunctionToolCall,
+    Function,
+)
 from pydantic import BaseModel, PrivateAttr  # noqa: E402
 
 from agentcache.integrations.crewai import workflow  # noqa: E402
 
 logging.getLogger("crewai.llms.base_llm").setLevel(logging.ERROR)  # "approximate token count" notes
 MAX_DRAFTS = 3
+tool_calls = 0  # check_facts calls, for the --json summary
+_tool_calls_lock = threading.Lock()  # crews run in threads
 
 
-def one_task_crew(llm: LLM, role: str, goal: str, backstory: str, description: str) -> Crew:
+@tool("check_facts")
+def check_facts(claim: str) -> str:
+    """Check a claim against the team's reference notes."""
+    global tool_calls
+    with _tool_calls_lock:
+        tool_calls += 1
+    time.sleep(random.Random(claim).uniform(0.05, 0.25))
+    return "Supported by the reference notes."
+
+
+class CallsTheFactChecker(BaseLLM):
+    """The writer's model: sends each request to the real one; where tools are offered and the prompt does not
+    end in a tool's result, the answer is replaced by a call of check_facts."""
+
+    inner: Any
+
+    def call(self, messages: Any, tools: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return self._script(messages, tools, self.inner.call(messages, tools, *args, **kwargs))
+
+    async def acall(self, messages: Any, tools: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return self._script(messages, tools, await self.inner.acall(messages, tools, *args, **kwargs))
+
+    def _script(self, messages: Any, tools: Any, answer: Any) -> Any:
+        last = messages[-1] if isinstance(messages, list) and messages else {}
+        if not tools or last.get("role") == "tool":
+            return answer
+        arguments = json.dumps({"claim": str(last.get("content", ""))[:80]})
+        return [
+            ChatCompletionMessageFunctionToolCall(
+                id="call-1", type="function", function=Function(name="check_facts", arguments=arguments)
+            )
+        ]
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+    def get_context_window_size(self) -> int:
+        return self.inner.get_context_window_size()
+
+
+def one_task_crew(llm: Any, role: str, goal: str, backstory: str, description: str, tools: list | None = None) -> Crew:
     agent = Agent(
-        role=role, goal=goal, backstory=backstory, llm=llm, max_iter=1, max_retry_limit=0, allow_delegation=False
+        role=role,
+        goal=goal,
+        backstory=backstory,
+        llm=llm,
+        tools=tools or [],
+        max_iter=2 if tools else 1,
+        max_retry_limit=0,
+        allow_delegation=False,
     )
     task = Task(description=description, expected_output="Plain text.", agent=agent)
     return Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False)
@@ -70,6 +135,7 @@ class SelfEvaluation(Flow[Draft]):
     def __init__(self, llm: LLM, **kwargs: object):
         super().__init__(suppress_flow_events=True, **kwargs)
         self._llm = llm
+        self._writer_llm = CallsTheFactChecker(model=llm.model, inner=llm)
 
     def _run(self, crew: Crew) -> str:
         try:
@@ -82,11 +148,12 @@ class SelfEvaluation(Flow[Draft]):
     @start("revise")
     def write_draft(self) -> None:
         writer = one_task_crew(
-            self._llm,
+            self._writer_llm,
             "Technical Writer",
             "Write a short, accurate post about {topic}.",
             "You are a senior technical writer who explains complex systems simply.",
             "Write a 150-word post about {topic}. Previous draft: {draft}. Feedback to address: {feedback}",
+            tools=[check_facts],
         )
         self.state.draft = self._run(writer)
         self.state.drafts += 1
@@ -128,7 +195,7 @@ async def main() -> None:
             flow = SelfEvaluation(llm)
             await flow.kickoff_async(inputs={"topic": topics[i % len(topics)], "seed": f"{args.seed}:{i}"})
 
-        report(args, await run_workflows(args, solve, workflow, "self-eval"))
+        report(args, await run_workflows(args, solve, workflow, "self-eval"), tool_calls)
     shutil.rmtree(_HOME, ignore_errors=True)
 
 
