@@ -489,3 +489,34 @@ def test_a_framework_running_the_tools_an_answer_asked_for_makes_one_pause_of_th
     ]
     chats = [p for p in fake.paths() if p.endswith("/chat/completions")]
     assert len(chats) == 2 and fake.paths().index("/agentcache/v1/events") < len(fake.paths()) - 1
+
+
+EXIT_SCRIPT = """
+import json, sys, time
+import agentcache_sdk as ac
+from agentcache_sdk import _events
+
+ac.configure(base_url=sys.argv[1], exit_timeout_s=0.5)
+for i in range(500):
+    _events.sender.submit_event({"type": "tool_start", "workflow": "w", "agent": "a", "tool": f"t{i}"}, {})
+print(json.dumps({"done_at": time.time()}), flush=True)
+"""
+
+
+def test_events_the_server_never_took_hold_up_the_exit_no_longer_than_its_wait_and_are_reported(fake):
+    import socket
+    import subprocess
+    import sys
+
+    black_hole = socket.socket()  # a worker that accepts connections and never answers
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(64)
+    fake.workers = [f"http://127.0.0.1:{black_hole.getsockname()[1]}"]
+    try:
+        done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, fake.url], capture_output=True, text=True, timeout=60)
+    finally:
+        black_hole.close()
+    exited = time.time()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert exited - json.loads(done.stdout.strip().splitlines()[-1])["done_at"] < 1.5
+    assert "agentcache: 500 tool events were dropped" in done.stderr, done.stderr[-3000:]
