@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from agentcache.server_ext.launcher import free_port
-from agentcache.trace import read_trace
+from agentcache.trace import ToolEnd, ToolStart, read_trace
 
 pytestmark = pytest.mark.server
 
@@ -73,15 +73,13 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
     # --record: the run with agentcache, streamed as the demo's apps stream, as a replayable trace
     trace = read_trace(tmp_path / "demo.jsonl")
     assert len(trace.requests) == summary["pbkv"]["requests"] and len(trace.ended_workflows) == 2
-    assert {r.agent for r in trace.requests} <= {
-        "planner",
-        "coder",
-        "tester",
-        "analyzer",
-        "decomposer",
-        "retriever",
-        "verifier",
-    }
+    assert {r.agent for r in trace.requests} <= {"planner", "coder", "reviewer", "decomposer", "retriever", "verifier"}
+    # each tool call the apps made was told to the server (the SDK's tool events, recorded beside the requests),
+    # and the agent that called the tool is the one whose call comes next
+    starts = [e for e in trace.events if isinstance(e, ToolStart)]
+    ends = [e for e in trace.events if isinstance(e, ToolEnd)]
+    assert starts and len(starts) == len(ends), (len(starts), len(ends))
+    assert {(e.agent, e.tool) for e in starts} <= {("coder", "run_tests"), ("retriever", "search_web")}
 
 
 def test_the_demo_records_only_where_requests_are_tagged(tmp_path, capsys):

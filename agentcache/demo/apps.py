@@ -1,10 +1,11 @@
 """The demo's two agent apps, written against the plain `openai` SDK, and how a run tells its server where
 each workflow starts and ends.
 
-A code assistant with a test-and-retry loop (planner, coder, tester, analyzer) and a fact checker whose
-retriever spawns further retrievals before a verifier decides (and sometimes sends it back). Every call sends
-the agent's fixed prompt and the workflow's history so far, which grows with each answer and each tool's
-output; between calls a tool runs. The model is random-weight, so the apps' branches are decided by a seeded
+A code assistant whose coder runs the tests and reads their output until they pass (planner, coder,
+reviewer) and a fact checker whose retriever searches and reads the results, hop after hop, before a verifier
+decides (and sometimes sends it back). Every call sends the agent's fixed prompt and the workflow's history so
+far, which grows with each answer and each tool's output; a tool's result goes back to the agent that called
+it, as in agent frameworks, and the SDK tells the plugin's server while the agent waits on it. The model is random-weight, so the apps' branches are decided by a seeded
 random generator: every policy sees exactly the same workflows.
 """
 
@@ -109,32 +110,40 @@ class DemoApps:
             self.on_answer()
         return "".join(text)
 
-    async def tool(self, rng: random.Random, history: list[dict[str, str]], name: str) -> None:
-        await asyncio.sleep(self.tool_pauses_s.get(name, 0.0) * rng.uniform(0.5, 1.5))
+    async def tool(self, rng: random.Random, history: list[dict[str, str]], name: str, caller: str) -> None:
+        """Run `caller`'s tool call: the SDK tells the server the agent waits on it (inside a workflow of ours;
+        a no-op elsewhere), so the cache can keep what the agent reads when the result comes back."""
+        import agentcache_sdk as ac
+
+        with ac.tool_call(name, agent=caller):
+            await asyncio.sleep(self.tool_pauses_s.get(name, 0.0) * rng.uniform(0.5, 1.5))
         history.append({"role": "user", "content": f"[{name} output] " + _text(rng, self.tool_words)})
 
     async def code_assistant(self, seed: int) -> None:
-        """planner -> coder -> tester, and back through the analyzer while the tests fail (at most 3 rounds)."""
+        """planner -> coder, who runs the tests and reads their output until they pass (at most 3 runs) ->
+        reviewer."""
         rng = random.Random(seed)
         history = [{"role": "user", "content": "Task: " + _text(rng, self.task_words)}]
         history.append({"role": "assistant", "content": await self.chat("planner", history)})
+        history.append({"role": "assistant", "content": await self.chat("coder", history)})
         for attempt in range(3):
+            await self.tool(rng, history, "run_tests", "coder")
             history.append({"role": "assistant", "content": await self.chat("coder", history)})
-            history.append({"role": "assistant", "content": await self.chat("tester", history)})
-            await self.tool(rng, history, "run_tests")
             if attempt == 2 or rng.random() < 0.4:  # the tests passed
                 break
-            history.append({"role": "assistant", "content": await self.chat("analyzer", history)})
+        history.append({"role": "assistant", "content": await self.chat("reviewer", history)})
 
     async def fact_checker(self, seed: int) -> None:
-        """decomposer -> retriever hops (each may spawn another) -> verifier, which may ask for more."""
+        """decomposer -> retriever, who searches and reads the results (each may call for another search) ->
+        verifier, which may ask for more."""
         rng = random.Random(seed)
         history = [{"role": "user", "content": "Claim: " + _text(rng, self.task_words)}]
         history.append({"role": "assistant", "content": await self.chat("decomposer", history)})
         for _round in range(2):
+            history.append({"role": "assistant", "content": await self.chat("retriever", history)})
             for _hop in range(3):
+                await self.tool(rng, history, "search_web", "retriever")
                 history.append({"role": "assistant", "content": await self.chat("retriever", history)})
-                await self.tool(rng, history, "search_web")
                 if rng.random() < 0.5:
                     break
             history.append({"role": "assistant", "content": await self.chat("verifier", history)})

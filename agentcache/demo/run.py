@@ -52,9 +52,9 @@ class DemoOptions:
     workflows: int = 12
     concurrency: int = 6
     # KV tokens: the fixed prompts (a head all share, the chat template and the tools, about 370 tokens, then about
-    # 230 for each of the seven agents: about 2,000 in all) and the histories of about three of the six workflows
-    # in flight (each grows from about 150 to 1,200 tokens); requests of 750 to 1,800 tokens.
-    capacity: int = 5000
+    # 230 for each of the six agents: about 1,750 in all) and the histories of about two of the six workflows in
+    # flight (each grows from about 150 to 1,200 tokens); requests of 750 to 1,800 tokens.
+    capacity: int = 3500
     system_words: int = 60  # each agent's fixed prompt
     task_words: int = 40  # the task or claim a workflow starts from
     tool_words: int = 60  # each tool's output, appended to the workflow's history
