@@ -69,7 +69,7 @@ class PBKVPolicy(CachePolicy):
         self.forecasts = Forecasts(chosen, gamma, predictor_budget_ms)
         self.predictor = self.forecasts.predictor
         self.hears_tools = ingredients.tools  # else as if no tool event came
-        self.timing = Timing(gamma, ingredients.timing, self.pauses if ingredients.tools else None)
+        self.timing = Timing(gamma, ingredients.timing, self.pauses if ingredients.tools else None, self.latest)
         self.keys = EvictionKeys(ingredients)
         self.demand = Demand(ingredients, self.registry, self.timing, self.forecasts, self.keys)
         self.reuse = ReuseEvidence()
@@ -90,6 +90,8 @@ class PBKVPolicy(CachePolicy):
         self._refreshes = 0
         self._refresh_every = REFRESH_EVERY
         self._since_refresh = REFRESH_EVERY  # refresh at the first request
+        self._weighed_at = 0.0  # the policy clock when the timing weights were last computed, and requests since
+        self._since_weighed = 0
         # The work done, for benchmarks and tests (the compiled policy's methods cannot be wrapped to count it):
         # eviction keys asked for and those computed (the rest were kept).
         self.keys_asked = self.keys_computed = 0
@@ -105,8 +107,11 @@ class PBKVPolicy(CachePolicy):
         if self.keys.rekeys:
             self.keys.rekey_aged(now)
         self._since_refresh += 1
+        self._since_weighed += 1
         if self._since_refresh >= self._refresh_every:
             self._refresh()
+        elif self._weights_aged(now):
+            self._weigh()
         self.timing.observe(self.registry.get(tags.key), now)
         state = super().on_request(tags, now)
         if self.ingredients.pending:
@@ -216,8 +221,24 @@ class PBKVPolicy(CachePolicy):
             self.retired_reads.freeze()
         if self.ingredients.retired_ages:
             self.retired_ages.freeze()
-        self.demand.refresh()
+        self._weigh()
         self._refresh_every = max(REFRESH_EVERY, len(self.demand.weights) // REFRESH_SHARE)
+
+    def _weigh(self) -> None:
+        self.demand.refresh()
+        self._weighed_at = self.timing.now
+        self._since_weighed = 0
+
+    def _weights_aged(self, now: float) -> bool:
+        """Whether the timing weights are a step old (the mean gap between a workflow's requests): how soon each
+        workflow calls moves by about a step's discount in that time, however few requests came. At most once
+        per REFRESH_SHARE-th of the open workflows in requests, as a refresh: one step per workflow each."""
+        step = self.timing.gaps.mean
+        return (
+            self.ingredients.timing
+            and 0.0 < step <= now - self._weighed_at
+            and self._since_weighed * REFRESH_SHARE >= len(self.demand.weights)
+        )
 
     # -- what the engine asks
 
