@@ -239,3 +239,22 @@ def test_a_bench_run_tells_the_live_plugin_every_tool_event(server):
     assert len(answers) == len(trace.requests)
     assert (after["tool_start"] - before["tool_start"], after["tool_end"] - before["tool_end"]) == (starts, ends)
     assert after["refused"] == before["refused"] and starts > 0
+
+
+def test_the_tool_pauses_live_page_is_its_figures():
+    """docs/results/tool-pauses-live.md is what benchmarks/tool_pauses_live.py writes from the JSON beside it."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import tool_pauses_live
+    from pages import unstamped
+
+    results = root / "docs" / "results"
+    figures = json.loads((results / "tool-pauses-live.json").read_text())
+    page, made = unstamped((results / "tool-pauses-live.md").read_text())
+    assert tool_pauses_live.markdown(figures) == page
+    assert made == {"command": figures["command"], "commit": figures["commit"]}
+    for part in ("replay", "bench"):
+        assert part in figures, f"the page has its {part} part"
