@@ -143,11 +143,11 @@ def test_a_mix_keeps_the_tool_events_with_their_workflows_renamed():
 # ---------------------------------------------------------------- the replays
 
 
-def test_policies_that_ignore_tool_events_replay_exactly_as_without_them(small):
+def test_policies_that_do_not_use_tool_events_replay_exactly_as_without_them(small):
     bare = small.without(["tool"])
     assert len(bare.events) < len(small.events) and bare.requests == small.requests
     capacity = capacity_of(small)
-    policies = ["lru", "lfu", "pbkv"]
+    policies = ["lru", "lfu", "pbkv/-tools"]  # pbkv itself uses them (tests/test_tool_pauses.py)
     with_events = replay(small, policies, [capacity])
     without = replay(bare, policies, [capacity])
     assert [r.to_json() | {"replay_wall_s": 0} for r in with_events] == [
