@@ -97,7 +97,9 @@ class Timing:
             due = pauses.due(state.id, self.now)  # the tool's residual duration, not the agent's gaps
             if due >= 0.0:
                 return self.gamma ** (due / step_gap)
-        idle = self.now - state.last_seen - self.decode.per_token * self.generated(state)  # < 0: still generating
+        # While its request runs, its output's length is not known yet: the mean output's time.
+        tokens = self.decode.mean_tokens if state.in_flight else self.generated(state)
+        idle = self.now - state.last_seen - self.decode.per_token * tokens  # < 0: still generating
         return self.gamma ** (gaps.residual(idle) / step_gap)
 
     def _gaps_after(self, state: WorkflowState) -> GapModel:
@@ -124,6 +126,7 @@ class DecodeTime:
         self._recent: deque[tuple[float, float]] = deque()
         self._sums = [0.0] * 5  # count, sum of tokens, of gaps, of tokens squared, of tokens x gaps
         self.per_token = 0.0
+        self.mean_tokens = 0.0
 
     def add(self, tokens: int, gap: float) -> None:
         x = float(tokens)
@@ -137,6 +140,7 @@ class DecodeTime:
         spread = n * sxx - sx * sx
         slope = (n * sxy - sx * sy) / spread if n > 1.0 and spread > 0.0 else 0.0
         self.per_token = slope if slope > 0.0 else 0.0
+        self.mean_tokens = sx / n if n > 0.0 else 0.0
 
 
 def _add(sums: list[float], x: float, y: float, sign: float) -> None:
