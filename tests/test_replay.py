@@ -851,9 +851,9 @@ def test_the_replay_table_shows_every_policy_name_whole_in_a_narrow_terminal():
 @pytest.mark.parametrize(
     ("policy_name", "host_tier", "fault_at", "where"),
     [
-        ("pbkv", False, 30, "an eviction's choice"),  # its kept-key heap, taking a victim
+        ("pbkv", False, 40, "an eviction's choice"),  # its kept-key heap, taking a victim
         ("lru", False, 40, "an eviction round's start"),  # SGLang's own walk, keying every leaf
-        ("pbkv", True, 400, "a host eviction"),  # SGLang's walk of the host tier (HiCache)
+        ("pbkv", True, 380, "a host eviction"),  # SGLang's walk of the host tier (HiCache)
     ],
 )
 def test_a_policy_that_raises_while_ordering_eviction_is_dropped_for_lru_where_its_owner_takes_faults(
