@@ -20,14 +20,12 @@ from __future__ import annotations
 import logging
 import re
 import sys
-import threading
 
+from agentcache.integrations._once import HookOnce
 from agentcache_sdk import add_agent_name_provider, tool_ended, tool_started, workflow
 from agentcache_sdk._counters import logger as sdk_logger
 
 _TEAM_SUFFIX = re.compile(r"_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_installed = False
-_install_lock = threading.Lock()
 
 
 def autogen_agent() -> str | None:
@@ -67,32 +65,24 @@ class _ToolCalls(logging.Filter):
         return record.levelno >= self._passes_from
 
 
-def install() -> bool:
-    """Report AgentChat's tool calls (idempotent); False when AgentChat is not installed."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return True
-        try:
-            from autogen_agentchat import EVENT_LOGGER_NAME
-        except ImportError:
-            return False
-        events = logging.getLogger(EVENT_LOGGER_NAME)
-        passes_from = events.getEffectiveLevel()
-        events.addFilter(_ToolCalls(events, passes_from))
-        if passes_from > logging.DEBUG:
-            events.setLevel(logging.DEBUG)
-        _installed = True
-        return True
+def _hook() -> bool:
+    """Report AgentChat's tool calls; False when AgentChat is not installed."""
+    try:
+        from autogen_agentchat import EVENT_LOGGER_NAME
+    except ImportError:
+        return False
+    events = logging.getLogger(EVENT_LOGGER_NAME)
+    passes_from = events.getEffectiveLevel()
+    events.addFilter(_ToolCalls(events, passes_from))
+    if passes_from > logging.DEBUG:
+        events.setLevel(logging.DEBUG)
+    return True
 
 
-def _install_if_loaded() -> None:
-    """Install once the app has imported AgentChat (never imports it)."""
-    if not _installed and "autogen_agentchat" in sys.modules:
-        install()
+_hooks = HookOnce("autogen_agentchat", _hook)
+install = _hooks.install
 
-
-add_agent_name_provider(autogen_agent, on_workflow_start=_install_if_loaded)
-_install_if_loaded()
+add_agent_name_provider(autogen_agent, on_workflow_start=_hooks.if_loaded)
+_hooks.if_loaded()
 
 __all__ = ["autogen_agent", "install", "workflow"]

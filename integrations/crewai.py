@@ -15,15 +15,12 @@ import or when a workflow starts, so before CrewAI's first LLM call inside one
 from __future__ import annotations
 
 import contextvars
-import sys
-import threading
 from typing import Any
 
+from agentcache.integrations._once import HookOnce
 from agentcache_sdk import add_agent_name_provider, tool_ended, tool_started, workflow
 
 _role: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentcache_crewai_role", default=None)
-_registered = False
-_register_lock = threading.Lock()  # workflows may start in several threads at once
 
 
 def _before_llm_call(context: Any) -> None:
@@ -52,34 +49,26 @@ def crewai_role() -> str | None:
     return _role.get()
 
 
-def register() -> bool:
-    """Register the hooks with CrewAI, importing it (idempotent); False when CrewAI is not installed."""
-    global _registered
-    with _register_lock:
-        if _registered:
-            return True
-        try:
-            from crewai.hooks import (
-                register_after_tool_call_hook,
-                register_before_llm_call_hook,
-                register_before_tool_call_hook,
-            )
-        except ImportError:
-            return False
-        register_before_llm_call_hook(_before_llm_call)
-        register_before_tool_call_hook(_before_tool_call)
-        register_after_tool_call_hook(_after_tool_call)
-        _registered = True
-        return True
+def _hook() -> bool:
+    """Register the hooks with CrewAI, importing it; False when CrewAI is not installed."""
+    try:
+        from crewai.hooks import (
+            register_after_tool_call_hook,
+            register_before_llm_call_hook,
+            register_before_tool_call_hook,
+        )
+    except ImportError:
+        return False
+    register_before_llm_call_hook(_before_llm_call)
+    register_before_tool_call_hook(_before_tool_call)
+    register_after_tool_call_hook(_after_tool_call)
+    return True
 
 
-def _register_if_loaded() -> None:
-    """Register the hooks once the app has imported CrewAI (never imports it)."""
-    if not _registered and "crewai" in sys.modules:
-        register()
+_hooks = HookOnce("crewai", _hook)
+register = _hooks.install
 
-
-add_agent_name_provider(crewai_role, on_workflow_start=_register_if_loaded)
-_register_if_loaded()
+add_agent_name_provider(crewai_role, on_workflow_start=_hooks.if_loaded)
+_hooks.if_loaded()
 
 __all__ = ["crewai_role", "register", "workflow"]

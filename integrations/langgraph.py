@@ -20,10 +20,8 @@ import sys
 import threading
 from typing import Any
 
+from agentcache.integrations._once import HookOnce
 from agentcache_sdk import add_agent_name_provider, current_workflow, tool_ended, tool_started, workflow
-
-_registered = False
-_register_lock = threading.Lock()
 
 
 def langgraph_node() -> str | None:
@@ -75,33 +73,25 @@ def _tool_pause_handler() -> Any:
     return ToolPauses()
 
 
-def register() -> bool:
-    """Add the tool-call handler to every LangChain run (idempotent); False when LangChain is not installed."""
-    global _registered
-    with _register_lock:
-        if _registered:
-            return True
-        try:
-            from contextvars import ContextVar
+def _hook() -> bool:
+    """Add the tool-call handler to every LangChain run; False when LangChain is not installed."""
+    try:
+        from contextvars import ContextVar
 
-            from langchain_core.tracers.context import register_configure_hook
-        except ImportError:
-            return False
-        # A context variable whose default is the handler (one, shared on purpose: a value set instead would miss
-        # threads started later): LangChain adds it to every callback manager it makes.
-        handler = ContextVar("agentcache_tool_pauses", default=_tool_pause_handler())  # noqa: B039
-        register_configure_hook(handler, inheritable=True)
-        _registered = True
-        return True
+        from langchain_core.tracers.context import register_configure_hook
+    except ImportError:
+        return False
+    # A context variable whose default is the handler (one, shared on purpose: a value set instead would miss
+    # threads started later): LangChain adds it to every callback manager it makes.
+    handler = ContextVar("agentcache_tool_pauses", default=_tool_pause_handler())  # noqa: B039
+    register_configure_hook(handler, inheritable=True)
+    return True
 
 
-def _register_if_loaded() -> None:
-    """Register the handler once the app has imported LangChain (never imports it)."""
-    if not _registered and "langchain_core" in sys.modules:
-        register()
+_hooks = HookOnce("langchain_core", _hook)
+register = _hooks.install
 
-
-add_agent_name_provider(langgraph_node, on_workflow_start=_register_if_loaded)
-_register_if_loaded()
+add_agent_name_provider(langgraph_node, on_workflow_start=_hooks.if_loaded)
+_hooks.if_loaded()
 
 __all__ = ["langgraph_node", "register", "workflow"]
