@@ -64,3 +64,40 @@ def server(tmp_path_factory):
     yield srv
     srv.client.close()
     srv.stop()
+
+
+@pytest.fixture
+def recording_server():
+    """A stand-in for the server the bench drives: answers /generate with one streamed token, the events route
+    with its count, anything else with an empty 200, and records every POST as (path, body). Yields (url,
+    heard)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    heard: list[tuple[str, object]] = []
+
+    class Recording(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: ANN002
+            pass
+
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
+            heard.append((self.path, body))
+            data = b""
+            if self.path == "/generate":
+                meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
+                data = f"data: {json.dumps({'output_ids': [1], 'meta_info': meta})}\n\ndata: [DONE]\n\n".encode()
+            elif self.path == "/agentcache/v1/events":
+                data = json.dumps({"accepted": len(body["events"]), "skipped": 0}).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", heard
+    finally:
+        server.shutdown()

@@ -222,47 +222,21 @@ def test_a_refused_warm_up_says_why_the_server_refused_it():
         ("none", False, None),
     ],
 )
-def test_the_workload_tells_each_server_where_workflows_end_its_own_way(lifecycle, session_ids, ends):
+def test_the_workload_tells_each_server_where_workflows_end_its_own_way(lifecycle, session_ids, ends, recording_server):
     """SGLang's session cache: every request carries its workflow as the top-level session_id (never
     session_params, which SGLang's radix-native sessions ignore) and the workflow's End is /close_session; the
     plugin hears Ends on its route; plain SGLang hears none."""
     import asyncio
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from agentcache.bench.workload import Lifecycle, TokenMaker, Workload
     from agentcache.trace import ToolStart
 
-    heard = []
-
-    class Recording(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # noqa: ANN002
-            pass
-
-        def do_POST(self):  # noqa: N802 - a streamed /generate answer, or an empty 200
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
-            heard.append((self.path, body))
-            data = b""
-            if self.path == "/generate":
-                meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
-                data = f"data: {json.dumps({'output_ids': [1], 'meta_info': meta})}\n\ndata: [DONE]\n\n".encode()
-            self.send_response(200)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    url, heard = recording_server
     trace = generate("tool-use", GenConfig(workflows=2, seed=1))  # its tool events: tests/test_tool_measures.py
     assert any(isinstance(e, ToolStart) for e in trace.events)
     workflows = {r.workflow for r in trace.requests}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        sent, _ = asyncio.run(workload.drive(url, {}, lifecycle=Lifecycle(lifecycle)))
-    finally:
-        server.shutdown()
+    workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
+    sent, _ = asyncio.run(workload.drive(url, {}, lifecycle=Lifecycle(lifecycle)))
     generated = [body for path, body in heard if path == "/generate"]
     assert len(sent) == len(generated) == len(trace.requests)
     assert all("session_params" not in body for body in generated)

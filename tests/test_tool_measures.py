@@ -148,31 +148,10 @@ def test_pbkv_without_tool_events_runs_on_the_plugin_and_is_sent_them_as_pbkv_is
         assert lifecycle_of(PolicySpec.parse(builtin)) is not Lifecycle.PLUGIN
 
 
-def test_the_bench_sends_tool_events_to_the_plugin_alone_in_each_workflows_order():
+def test_the_bench_sends_tool_events_to_the_plugin_alone_in_each_workflows_order(recording_server):
     """The plugin hears each tool event on its events route (the wire contract: a list of events, no `ts`), in the
     workflow's order between the calls they separate; plain SGLang and its session cache have no such route."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    heard: list[tuple[str, dict]] = []
-
-    class Recording(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # noqa: ANN002
-            pass
-
-        def do_POST(self):  # noqa: N802 - a streamed /generate answer, the events route's, or an empty 200
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
-            heard.append((self.path, body))
-            data = b""
-            if self.path == "/generate":
-                meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
-                data = f"data: {json.dumps({'output_ids': [1], 'meta_info': meta})}\n\ndata: [DONE]\n\n".encode()
-            elif self.path == "/agentcache/v1/events":
-                data = json.dumps({"accepted": len(body["events"]), "skipped": 0}).encode()
-            self.send_response(200)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    url, heard = recording_server
 
     def per_workflow(heard: list[tuple[str, dict]]) -> dict[str, list[str]]:
         """What each workflow's coroutine sent, in order: its calls, tool events and end."""
@@ -195,28 +174,22 @@ def test_the_bench_sends_tool_events_to_the_plugin_alone_in_each_workflows_order
         return out
 
     trace = generate("tool-use", GenConfig(workflows=3, seed=1))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     answers = {}
-    try:
-        for lifecycle in Lifecycle:
-            heard.clear()
-            workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
-            answers[lifecycle], _ = asyncio.run(workload.drive(url, {}, lifecycle=lifecycle))
-            events = [body for path, body in heard if path == "/agentcache/v1/events"]
-            if lifecycle is not Lifecycle.PLUGIN:
-                assert events == [], f"{lifecycle}: no events route"
-                continue
-            tools = [e for e in trace.events if isinstance(e, (ToolStart, ToolEnd))]
-            assert all(len(body["events"]) == 1 for body in events)
-            posted = [body["events"][0] for body in events]
-            assert sorted(map(json.dumps, posted)) == sorted(
-                json.dumps({"type": e.TYPE, "workflow": e.workflow, "agent": e.agent, "tool": e.tool}) for e in tools
-            )
-            assert per_workflow(heard) == per_workflow_in(trace), "each workflow's in order, between its calls"
-    finally:
-        server.shutdown()
+    for lifecycle in Lifecycle:
+        heard.clear()
+        workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
+        answers[lifecycle], _ = asyncio.run(workload.drive(url, {}, lifecycle=lifecycle))
+        events = [body for path, body in heard if path == "/agentcache/v1/events"]
+        if lifecycle is not Lifecycle.PLUGIN:
+            assert events == [], f"{lifecycle}: no events route"
+            continue
+        tools = [e for e in trace.events if isinstance(e, (ToolStart, ToolEnd))]
+        assert all(len(body["events"]) == 1 for body in events)
+        posted = [body["events"][0] for body in events]
+        assert sorted(map(json.dumps, posted)) == sorted(
+            json.dumps({"type": e.TYPE, "workflow": e.workflow, "agent": e.agent, "tool": e.tool}) for e in tools
+        )
+        assert per_workflow(heard) == per_workflow_in(trace), "each workflow's in order, between its calls"
     for lifecycle, calls in answers.items():
         assert sum(s.after_tool for s in calls) == len(calls_after_tools(trace.events)) > 0, lifecycle
         assert {s.workflow for s in calls} == {r.workflow for r in trace.requests}
