@@ -37,6 +37,7 @@ MODULES = (
     "agentcache.policy.gaps",
     "agentcache.policy.pauses",
     "agentcache.policy.kept_key",
+    "agentcache.policy.nodes",
     "agentcache.policy.base",
     "agentcache.policy.pbkv.ingredients",
     "agentcache.policy.pbkv.keys",

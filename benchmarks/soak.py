@@ -25,7 +25,7 @@ from rich.console import Console
 from suite import mean_prompt
 
 from agentcache.policy import WorkflowRegistry, tags_of
-from agentcache.policy.base import MAX_TRACKED_AGENTS, MAX_WORKFLOWS_PER_NODE
+from agentcache.policy.nodes import MAX_TRACKED_AGENTS, MAX_WORKFLOWS_PER_NODE
 from agentcache.policy.pbkv.demand import MAX_FORECAST_WORKFLOWS
 from agentcache.policy.pbkv.timing import MAX_GAP_MODELS, PER_AGENT_GAPS
 from agentcache.predictor import MarkovPredictor

@@ -25,7 +25,7 @@ from typing import Any
 
 from agentcache import compiled
 from agentcache.engine.adapter import held_by_class
-from agentcache.policy.base import TAGS_ATTR
+from agentcache.policy.nodes import TAGS_ATTR
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.server_ext.control_limits import Page
 from agentcache.tags import WorkflowKey, principal_of

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from plugin_on_sglang import plugin_cache, scheduler_request
 
-from agentcache.policy.base import tags_of
+from agentcache.policy.nodes import tags_of
 from agentcache.tags import Stamped, Tags
 
 PROMPT = 40

@@ -7,7 +7,7 @@ import pytest
 from plugin_on_sglang import plugin_cache, scheduler_request
 
 from agentcache.engine.adapter import cached_nodes
-from agentcache.policy.base import TAGS_ATTR
+from agentcache.policy.nodes import TAGS_ATTR
 from agentcache.server_ext.control_limits import MAX_PAGE, Page, RateLimiter
 from agentcache.tags import Stamped, Tags, WorkflowKey
 

@@ -8,7 +8,7 @@ from itertools import count
 import pytest
 
 from agentcache.policy import make_policy
-from agentcache.policy.base import MAX_AGENTS_PER_WORKFLOW, MAX_FIXED_AGENTS_PER_NODE, tags_of
+from agentcache.policy.nodes import MAX_AGENTS_PER_WORKFLOW, MAX_FIXED_AGENTS_PER_NODE, tags_of
 from agentcache.predictor import END, Predictor
 from agentcache.tags import Tags
 

@@ -92,7 +92,7 @@ def test_pbkv_learns_how_an_agent_reuses_its_last_request_when_its_prompt_is_tag
     still compare what it read with the pair's previous request. It learned nothing there before (every share
     stayed at the 0.5 of no evidence). A fixed prompt the first request computed is not fresh prompt: the
     demand values it, and counting it read again as fresh made fresh tails look read (0.81 here)."""
-    from agentcache.policy.base import CONTEXT, FRESH, OUTPUT
+    from agentcache.policy.nodes import CONTEXT, FRESH, OUTPUT
 
     policy = make_policy("pbkv")
     cache, codec = ReplayCache(100_000, policy), TokenCodec()
@@ -646,7 +646,7 @@ def test_every_key_pbkv_keeps_is_the_key_it_would_compute_afresh(family, timed, 
     evictable leaf whose kept key counts as current has exactly the key computed afresh. (The heap test above
     cannot see a key left stale by a missing invalidation: SGLang's rebuild reads the same kept key.)"""
     import agentcache.engine.adapter as adapter
-    from agentcache.policy.base import TAGS_ATTR
+    from agentcache.policy.nodes import TAGS_ATTR
 
     prepared = PreparedTrace(small_traces[family])
     capacity = int(mean_prompt(prepared) * 3)

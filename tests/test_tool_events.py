@@ -226,15 +226,15 @@ def test_cli_replay_ignores_event_groups_on_request_and_says_what_it_skipped(sma
     path = tmp_path / "tools.jsonl"
     write_trace(path, small)
     with path.open("a") as fh:
-        fh.write(json.dumps({"type": "next", "ts": 1e6, "workflow": "x", "agents": ["a"]}) + "\n")
+        fh.write(json.dumps({"type": "handoff", "ts": 1e6, "workflow": "x", "to": ["a"]}) + "\n")
     argv = ["replay", str(path), "--capacity", str(capacity_of(small)), "--policy", "lru", "--json"]
     assert main([*argv, "--ignore-events", "tool"]) == 0
     captured = capsys.readouterr()
     (ignored,) = json.loads(captured.out.strip().splitlines()[-1])
     assert ignored["ignored_events"] == ["tool"]
-    assert "left out events of types this agentcache does not know: 'next' x1" in captured.err
+    assert "left out events of types this agentcache does not know: 'handoff' x1" in captured.err
     assert main(argv) == 0
     (kept,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert kept["ignored_events"] == [] and kept["hit_rate"] == ignored["hit_rate"]
-    assert main([*argv, "--ignore-events", "tool,plan"]) == 2
-    assert "--ignore-events: unknown group 'plan'; choose from tool" in capsys.readouterr().err
+    assert main([*argv, "--ignore-events", "tool,hologram"]) == 2
+    assert "--ignore-events: unknown group 'hologram'; choose from tool, next, plan" in capsys.readouterr().err

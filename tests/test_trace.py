@@ -4,8 +4,13 @@ import json
 import pytest
 
 from agentcache.trace import (
+    EVENT_GROUPS,
+    AgentDone,
     End,
+    EventFieldError,
     Meta,
+    Next,
+    Plan,
     Request,
     Segment,
     ToolEnd,
@@ -15,6 +20,8 @@ from agentcache.trace import (
     TraceWriter,
     UnknownEventsWarning,
     iter_trace,
+    next_fields,
+    plan_fields,
     read_trace,
     write_trace,
 )
@@ -155,9 +162,9 @@ def test_unknown_event_types_are_left_out_and_counted_never_refused(tmp_path):
     newer = [
         {"type": "meta", "version": 1},
         GOOD_REQUEST,
-        {"type": "next", "ts": 2, "workflow": "wf-1", "agents": ["tester"]},
+        {"type": "handoff", "ts": 2, "workflow": "wf-1", "to": ["tester"]},
         {"type": "hologram", "anything": [1, {"x": 2}]},
-        {"type": "next", "ts": 3, "workflow": "wf-1", "agents": ["coder"]},
+        {"type": "handoff", "ts": 3, "workflow": "wf-1", "to": ["coder"]},
         {"type": "end", "ts": 4, "workflow": "wf-1"},
     ]
     with pytest.warns(UnknownEventsWarning) as caught:
@@ -165,14 +172,14 @@ def test_unknown_event_types_are_left_out_and_counted_never_refused(tmp_path):
     assert [type(i) for i in items] == [Meta, Request, End]
     (warning,) = caught
     assert str(warning.message) == (
-        "t.jsonl: 3 events of types this reader does not know left out: 'hologram' x1 (first on line 4),"
-        " 'next' x2 (first on line 3)"
+        "t.jsonl: 3 events of types this reader does not know left out: 'handoff' x2 (first on line 3),"
+        " 'hologram' x1 (first on line 4)"
     )
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(o) + "\n" for o in newer))
     with pytest.warns(UnknownEventsWarning, match="3 events"):
         trace = read_trace(path)
-    assert trace.skipped == {"next": 2, "hologram": 1} and len(trace.events) == 2
+    assert trace.skipped == {"handoff": 2, "hologram": 1} and len(trace.events) == 2
 
 
 def test_a_line_of_unknown_type_must_still_be_a_json_object_with_a_type():
@@ -214,3 +221,115 @@ def test_a_tool_event_after_its_workflows_end_is_refused():
     end = {"type": "end", "ts": 1.0, "workflow": "wf-1"}
     err = error_of(GOOD_REQUEST, end, TOOL_START)
     assert err.line == 3 and "tool_start for workflow 'wf-1' after its end event on line 2" in str(err)
+
+
+# ---------------------------------------------------------------- what the framework knows: next, agent_done, plan
+
+NEXT = {"type": "next", "ts": 2.0, "workflow": "wf-1", "agents": ["tester", "reviewer"]}
+DONE = {"type": "agent_done", "ts": 2.5, "workflow": "wf-1", "agent": "coder"}
+PLAN = {
+    "graph": {"planner": ["coder"], "coder": ["tester"], "tester": ["coder", "reviewer"], "reviewer": []},
+    "order": ["planner", "coder"],
+    "max_turns": 12,
+    "chain": [["draft", ["planner", "coder"]], ["check", ["tester"]]],
+}
+
+
+def test_next_agent_done_and_the_plan_are_read_validated_and_written(tmp_path):
+    meta = {"type": "meta", "version": 1, "name": "x", "plan": PLAN}
+    items = parse(meta, GOOD_REQUEST, NEXT, DONE, {"type": "end", "ts": 3, "workflow": "wf-1"})
+    assert items[0].plan == Plan(
+        graph={"planner": ("coder",), "coder": ("tester",), "tester": ("coder", "reviewer"), "reviewer": ()},
+        order=("planner", "coder"),
+        max_turns=12,
+        chain=(("draft", ("planner", "coder")), ("check", ("tester",))),
+    )
+    assert items[0].plan.agents == {"planner", "coder", "tester", "reviewer"} and items[0].extra == {}
+    assert items[2:4] == [Next(2.0, "wf-1", ("tester", "reviewer")), AgentDone(2.5, "wf-1", "coder")]
+    path = tmp_path / "t.jsonl"
+    write_trace(path, Trace(items[0], items[1:]))
+    again = read_trace(path)
+    assert again.meta.plan == items[0].plan and again.events == items[1:]
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert written[0]["plan"] == PLAN and written[2:4] == [NEXT, DONE]
+
+
+def test_a_plan_may_hold_any_subset_of_its_keys_and_other_keys_are_ignored():
+    assert plan_fields({}) == Plan()
+    assert plan_fields({"max_turns": 3, "later": {"x": 1}}) == Plan(max_turns=3)
+    assert Plan(order=("a",)).to_json() == {"order": ["a"]}
+
+
+def test_ignoring_next_and_plan_leaves_the_events_and_the_meta_plan_out():
+    meta = Meta(name="x", plan=Plan(max_turns=4))
+    trace = Trace(
+        meta, [Request(1.0, "w", "a", (Segment("s", 1),), 0, 1), Next(2.0, "w", ("a",)), AgentDone(3.0, "w", "a")]
+    )
+    assert set(EVENT_GROUPS) >= {"tool", "next", "plan"}
+    assert trace.without(["next"]).events == trace.events[:1] and trace.without(["next"]).meta.plan == Plan(max_turns=4)
+    plain = trace.without(["plan"])
+    assert plain.meta.plan is None and plain.events == trace.events and trace.meta.plan == Plan(max_turns=4)
+
+
+@pytest.mark.parametrize(
+    "event, change, field, fragment",
+    [
+        (NEXT, {"agents": []}, "agents", "1 to 16"),
+        (NEXT, {"agents": "tester"}, "agents", "list of 1 to 16"),
+        (NEXT, {"agents": [f"a{i}" for i in range(17)]}, "agents", "1 to 16"),
+        (NEXT, {"agents": ["a", "a"]}, "agents", "twice"),
+        (NEXT, {"agents": ["a", ""]}, "agents", "item 1"),
+        (NEXT, {"workflow": None}, "workflow", "non-empty string"),
+        (NEXT, {"ts": 0.5}, "ts", "must not decrease"),
+        (DONE, {"agent": "x" * 257}, "agent", "at most 256"),
+        (DONE, {"workflow": "a\nb"}, "workflow", "non-printable"),
+    ],
+)
+def test_malformed_next_and_agent_done_events_name_line_and_field(event, change, field, fragment):
+    err = error_of({"type": "meta", "version": 1}, GOOD_REQUEST, {**event, **change})
+    assert err.line == 3 and err.field == field and fragment in str(err), str(err)
+
+
+@pytest.mark.parametrize(
+    "plan, field, fragment",
+    [
+        ([], "plan", "must be an object"),
+        ({"graph": ["a"]}, "plan.graph", "object mapping"),
+        ({"graph": {"a": "b"}}, "plan.graph", "to a list"),
+        ({"graph": {"a": [""]}}, "plan.graph", "non-empty string"),
+        ({"order": []}, "plan.order", "1 to 256"),
+        ({"max_turns": 0}, "plan.max_turns", ">= 1"),
+        ({"max_turns": True}, "plan.max_turns", "integer"),
+        ({"chain": [["p"]]}, "plan.chain", "[phase, [agents]]"),
+        ({"chain": [["p", []]]}, "plan.chain", "1 to 256"),
+        ({"order": [f"a{i}" for i in range(257)]}, "plan.order", "1 to 256"),
+        ({"graph": {f"a{i}": [] for i in range(257)}}, "plan", "257 agents"),
+        ({"graph": {"a": ["b" * 200] * 400}}, "plan", "at most 65536"),
+    ],
+)
+def test_a_malformed_plan_names_its_field(plan, field, fragment):
+    with pytest.raises(EventFieldError) as info:
+        plan_fields(plan)
+    assert info.value.field == field and info.value.reason == f"bad_{field}" and fragment in str(info.value)
+    err = error_of({"type": "meta", "version": 1, "plan": plan}, GOOD_REQUEST)
+    assert err.line == 1 and err.field == field
+
+
+def test_next_fields_is_the_one_check_the_server_shares():
+    assert next_fields({"workflow": "w", "agents": ["a", "b"], "extra": 1}) == ("w", ("a", "b"))
+    with pytest.raises(EventFieldError) as info:
+        next_fields({"workflow": "w"})
+    assert info.value.field == "agents"
+
+
+def test_a_next_or_agent_done_after_its_workflows_end_is_refused():
+    end = {"type": "end", "ts": 1.0, "workflow": "wf-1"}
+    err = error_of(GOOD_REQUEST, end, NEXT)
+    assert err.line == 3 and "next for workflow 'wf-1' after its end event on line 2" in str(err)
+    err = error_of(GOOD_REQUEST, end, DONE)
+    assert "agent_done for workflow 'wf-1' after its end event" in str(err)
+
+
+def test_requests_may_name_their_app():
+    (req,) = parse({**GOOD_REQUEST, "app": "support-bot"})
+    assert req.app == "support-bot" and req.to_json()["app"] == "support-bot"

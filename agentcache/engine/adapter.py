@@ -29,7 +29,7 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType, EvictLa
 
 from agentcache.engine.heap import EvictionHeap
 from agentcache.policy import CachePolicy, NodeClass, prefetch, tags_of
-from agentcache.policy.base import TAGS_ATTR
+from agentcache.policy.nodes import TAGS_ATTR
 
 FULL = ComponentType.FULL
 PREFETCHED_ATTR = "agentcache_prefetched"  # on nodes a prefetch brought to the device, until a request reads them

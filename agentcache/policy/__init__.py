@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentcache.policy.base import CacheNode, CachePolicy, NodeClass, NodeTags, tags_of
+from agentcache.policy.base import CachePolicy
 from agentcache.policy.belady import BeladyPolicy
 from agentcache.policy.cachescout import CacheScoutPolicy
 from agentcache.policy.kvflow import AgentStepGraph, KVFlowPolicy
 from agentcache.policy.lifecycle import LifecyclePolicy
 from agentcache.policy.lru import LRUPolicy
+from agentcache.policy.nodes import CacheNode, NodeClass, NodeTags, tags_of
 from agentcache.policy.pbkv import PAPER, PBKVPolicy
 from agentcache.policy.spec import OURS, PolicyConfigError, PolicySpec, parse_policies
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState

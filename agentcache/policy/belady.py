@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentcache.policy.base import CacheNode, CachePolicy
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import CacheNode
 from agentcache.policy.workflows import WorkflowRegistry
 
 

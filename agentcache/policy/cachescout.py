@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from agentcache.policy.base import CacheNode, CachePolicy, node_tokens, tags_of
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import CacheNode, node_tokens, tags_of
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.tags import principal_of, split_agent
 

@@ -1,6 +1,6 @@
 """The slot a policy keeps a node's eviction key in (``NodeTags.kept``), apart from the node's tags.
 
-Defined here, below both, so that the node's tags (agentcache.policy.base) can type the slot without importing
+Defined here, below both, so that the node's tags (agentcache.policy.nodes) can type the slot without importing
 the policy that fills it (pbkv's keys module, agentcache.policy.pbkv.keys, the only reader and writer).
 """
 

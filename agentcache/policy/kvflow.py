@@ -23,7 +23,8 @@ import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from agentcache.policy.base import CacheNode, CachePolicy, tags_of
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import CacheNode, tags_of
 from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor.base import AgentCoverage
 from agentcache.tags import split_agent

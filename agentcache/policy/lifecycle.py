@@ -5,7 +5,8 @@ workflows touched has no known future use: a fact, which outranks any
 estimate. Within each tier the order is SGLang's LRU.
 """
 
-from agentcache.policy.base import CacheNode, CachePolicy, tags_of
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import CacheNode, tags_of
 
 
 class LifecyclePolicy(CachePolicy):

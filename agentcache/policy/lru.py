@@ -1,6 +1,7 @@
 """LRU: what SGLang does by default (``evict_policy.LRUStrategy``): least recently used first."""
 
-from agentcache.policy.base import CacheNode, CachePolicy
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import CacheNode
 
 
 class LRUPolicy(CachePolicy):

@@ -19,16 +19,21 @@ from typing import Any
 
 from agentcache.trace.model import (
     FORMAT_VERSION,
+    AgentDone,
     End,
     Event,
     EventFieldError,
     Meta,
+    Next,
     Request,
     Segment,
     ToolEnd,
     ToolEvent,
     ToolStart,
     Trace,
+    agent_done_fields,
+    next_fields,
+    plan_fields,
     tool_fields,
 )
 
@@ -90,6 +95,10 @@ class LineParser:
             return self._end(line_no, obj)
         if kind in TOOL_EVENTS:
             return self._tool(line_no, obj, TOOL_EVENTS[kind])
+        if kind == Next.TYPE:
+            return self._next(line_no, obj)
+        if kind == AgentDone.TYPE:
+            return self._agent_done(line_no, obj)
         if not isinstance(kind, str) or not kind:
             raise self.error(line_no, "type", f"expected an event type (a non-empty string), got {kind!r}")
         count, first = self.skipped.get(kind, (0, line_no))
@@ -163,12 +172,19 @@ class LineParser:
         for name in ("name", "description"):
             if name in obj and not isinstance(obj[name], str):
                 raise self.error(line, name, f"expected a string, got {obj[name]!r}")
-        known = {"type", "version", "name", "description", "call_graph"}
+        plan = None
+        if "plan" in obj:
+            try:
+                plan = plan_fields(obj["plan"])
+            except EventFieldError as exc:
+                raise self.error(line, exc.field, str(exc)) from None
+        known = {"type", "version", "name", "description", "call_graph", "plan"}
         return Meta(
             name=obj.get("name", ""),
             description=obj.get("description", ""),
             call_graph=graph,
             extra={k: v for k, v in obj.items() if k not in known},
+            plan=plan,
         )
 
     def _request(self, line: int, obj: dict) -> Request:
@@ -218,13 +234,33 @@ class LineParser:
             workflow, agent, tool = tool_fields(obj)
         except EventFieldError as exc:
             raise self.error(line, exc.field, str(exc)) from None
+        self._before_end(line, kind.TYPE, workflow)
+        return kind(ts, workflow, agent, tool)
+
+    def _next(self, line: int, obj: dict) -> Next:
+        ts = self._ts(line, obj)
+        try:
+            workflow, agents = next_fields(obj)
+        except EventFieldError as exc:
+            raise self.error(line, exc.field, str(exc)) from None
+        self._before_end(line, Next.TYPE, workflow)
+        return Next(ts, workflow, agents)
+
+    def _agent_done(self, line: int, obj: dict) -> AgentDone:
+        ts = self._ts(line, obj)
+        try:
+            workflow, agent = agent_done_fields(obj)
+        except EventFieldError as exc:
+            raise self.error(line, exc.field, str(exc)) from None
+        self._before_end(line, AgentDone.TYPE, workflow)
+        return AgentDone(ts, workflow, agent)
+
+    def _before_end(self, line: int, kind: str, workflow: str) -> None:
+        """An event about a workflow comes before its end event, never after."""
         if workflow in self.ended:
             raise self.error(
-                line,
-                "workflow",
-                f"{kind.TYPE} for workflow {workflow!r} after its end event on line {self.ended[workflow]}",
+                line, "workflow", f"{kind} for workflow {workflow!r} after its end event on line {self.ended[workflow]}"
             )
-        return kind(ts, workflow, agent, tool)
 
     def _end(self, line: int, obj: dict) -> End:
         ts = self._ts(line, obj)

@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from agentcache.policy.base import MAX_TRACKED_AGENTS, TAGS_ATTR, NodeTags
 from agentcache.policy.kept_key import KeptKey
+from agentcache.policy.nodes import MAX_TRACKED_AGENTS, TAGS_ATTR, NodeTags
 from agentcache.policy.pbkv.ingredients import Ingredients
 from agentcache.tags import WorkflowKey
 

@@ -17,16 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentcache.cost import DEFAULT_COST, CostModel
-from agentcache.policy.base import (
-    NO_LATEST,
-    TAGS_ATTR,
-    CacheNode,
-    CachePolicy,
-    Latest,
-    NodeClass,
-    NodeTags,
-    node_tokens,
-)
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import NO_LATEST, TAGS_ATTR, CacheNode, Latest, NodeClass, NodeTags, node_tokens
 from agentcache.policy.pbkv.demand import Demand
 from agentcache.policy.pbkv.forecasts import Forecasts
 from agentcache.policy.pbkv.ingredients import DEFAULT, Ingredients, default_forecaster

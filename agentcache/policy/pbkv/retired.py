@@ -7,7 +7,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from agentcache.policy.base import NodeTags
+from agentcache.policy.nodes import NodeTags
 from agentcache.policy.pbkv.reuse import REUSE_PRIOR, agent_counts
 
 # Retired nodes' ages (RetiredAges): told apart in half-octaves above AGE_RESOLUTION_S, in AGE_BUCKETS buckets

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from agentcache.policy.base import CONTEXT, FRESH, OUTPUT, TAGS_ATTR, Latest, node_tokens, tags_of
+from agentcache.policy.nodes import CONTEXT, FRESH, OUTPUT, TAGS_ATTR, Latest, node_tokens, tags_of
 
 MAX_REUSE_AGENTS = 1024  # agents whose reuse of their own fresh cache (and retired cache) is tracked
 REUSE_PRIOR = 2.0  # the weight (in observations) an agent's reuse and retired-read estimates give their prior

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from agentcache.cost import CostModel
-from agentcache.policy.base import NO_LATEST, CacheNode, CachePolicy, NodeTags, node_tokens, tags_of
+from agentcache.policy.base import CachePolicy
+from agentcache.policy.nodes import NO_LATEST, CacheNode, NodeTags, node_tokens, tags_of
 from agentcache.policy.pbkv.demand import Demand
 from agentcache.policy.pbkv.forecasts import Forecasts
 from agentcache.policy.pbkv.ingredients import Ingredients

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from agentcache.policy.base import NO_LATEST, Latest
 from agentcache.policy.gaps import GapModel
+from agentcache.policy.nodes import NO_LATEST, Latest
 from agentcache.policy.pauses import Pauses
 from agentcache.policy.workflows import WorkflowState
 from agentcache.tags import WorkflowKey
