@@ -27,7 +27,12 @@ Figures per run: hit rate and prompt tokens the server computed (from the server
 report per request), time to first token and request latency (median over the run's requests), and
 the run's completion time (first request sent to last answer).
 
-The modules, by job: ``workload`` turns a trace into timed, streamed requests;
+On the plugin, ``--client-form`` names each request's workflow (and ends it) in other clients' forms too
+(SGLang's session_id and agent_hints, Dynamo's headers or nvext, coding agents' session headers, ...): a run
+each, ``POLICY via FORM``, to set against ours (``forms``).
+
+The modules, by job: ``workload`` turns a trace into timed, streamed requests; ``forms`` writes a request's
+workflow in each client's form;
 ``runs`` holds a run's figures and their medians over repetitions; ``runner``
 starts the fresh servers and measures each (repetition, policy); ``progress``
 shows where a bench is while it runs; ``report`` says it in sentences and a plot.

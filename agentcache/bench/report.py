@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from agentcache.bench.forms import VIA
 from agentcache.bench.runner import best_sglang_strategy, runs_on_plain_sglang
 from agentcache.bench.runs import Run, paired_ratios
 from agentcache.policy import PolicySpec
@@ -38,13 +39,13 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
 
 def comparisons(runs: Sequence[Run], ours: str = "pbkv") -> list[str]:
     """Plain sentences: `ours` against each of SGLang's strategies that ran (its session caches included) and each
-    variant of ours (pbkv/-tools: without what tool events tell it), per repetition, and which of SGLang's was
-    best."""
+    variant of ours (pbkv/-tools: without what tool events tell it; pbkv via dynamo: its workflows named in
+    another client's form), per repetition, and which of SGLang's was best."""
     policies = list(dict.fromkeys(r.policy for r in runs))
     if ours not in policies:
         return []
-    builtins = [p for p in policies if p != ours and runs_on_plain_sglang(PolicySpec.parse(p))]
-    variants = [p for p in policies if p.startswith(f"{ours}/")]
+    builtins = [p for p in policies if p != ours and VIA not in p and runs_on_plain_sglang(PolicySpec.parse(p))]
+    variants = [p for p in policies if p.startswith((f"{ours}/", f"{ours}{VIA}"))]
     after_tools = any(r.post_tool_requests for r in runs if r.policy == ours)
     lines = []
     for base in [*builtins, *variants]:

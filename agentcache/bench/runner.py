@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from agentcache.bench.forms import FORMS, OURS, VIA, ClientForm, run_label
 from agentcache.bench.runs import Run, run_order
 from agentcache.bench.workload import BenchError, Lifecycle, Sent, TokenMaker, Workload, as_served
 from agentcache.policy import PolicySpec
@@ -40,6 +41,8 @@ class BenchOptions:
     log_dir: str | None = None
     warmup_requests: int = 3
     extra_args: list[str] = field(default_factory=list)
+    # the forms the plugin's runs name workflows in (each a run of its own per repetition); plain SGLang's use ours
+    forms: tuple[ClientForm, ...] = (FORMS[OURS],)
 
 
 def runs_on_plain_sglang(spec: PolicySpec) -> bool:
@@ -73,7 +76,7 @@ def live_refusal(spec: PolicySpec) -> str | None:
 def best_sglang_strategy(runs: Sequence[Run], besides: Sequence[str] = ("lru",)) -> str | None:
     """The best by median hit rate of the SGLang strategies that ran on plain SGLang (its session caches
     included), `besides` aside; the first listed on a tie; None where none ran."""
-    policies = dict.fromkeys(r.policy for r in runs)
+    policies = dict.fromkeys(r.policy for r in runs if VIA not in r.policy)
     others = [p for p in policies if p not in besides and runs_on_plain_sglang(PolicySpec.parse(p))]
     if not others:
         return None
@@ -119,7 +122,9 @@ def warm_up(base_url: str, headers: dict[str, str], vocab_size: int, prompt_toke
         client.post("/flush_cache").raise_for_status()
 
 
-WorkloadRunner = Callable[[str, dict[str, str], PolicySpec], tuple[list[Sent], float]]
+# (base_url, headers, spec) -> every answer and the completion time; a runner that takes `form=` (a ClientForm)
+# can also be measured in forms other than ours (BenchOptions.forms)
+WorkloadRunner = Callable[..., tuple[list[Sent], float]]
 
 
 @dataclass(frozen=True)
@@ -150,16 +155,21 @@ def measure(
     """Every (repetition, policy) on a fresh, warmed-up server, in alternating order.
 
     `run_workload(base_url, headers, spec)` sends the workload and returns every answer and the
-    completion time; `stage` hears what is happening, for a progress display.
+    completion time (`run_workload(..., form=FORM)` for each of `opts.forms` other than ours, on the plugin's
+    runs: a run each, named `POLICY via FORM`); `stage` hears what is happening, for a progress display.
     """
     from agentcache.server_ext.launcher import Server, ServerError
 
-    specs = {s.text: s for s in opts.policies}
-    order = run_order(list(specs), opts.repeat)
+    variants = {}
+    for s in opts.policies:
+        for form in opts.forms if lifecycle_of(s) is Lifecycle.PLUGIN else (FORMS[OURS],):
+            variants[run_label(s.text, form)] = (s, form)
+    order = run_order(list(variants), opts.repeat)
     runs = []
     for index, (repetition, policy) in enumerate(order):
-        spec = specs[policy]
-        name = f"{policy.replace('/', '_')}-{repetition + 1}"
+        spec, form = variants[policy]
+        runner = run_workload if form.name == OURS else functools.partial(run_workload, form=form)
+        name = f"{policy.replace('/', '_').replace(VIA, '.')}-{repetition + 1}"
         at = functools.partial(Stage, policy, repetition, opts.repeat, index, len(order))  # at(step): a Stage
         where = at("").where
         stage(at(f"starting {server_kind(spec)}"))
@@ -170,7 +180,7 @@ def measure(
                 stage(at("warming up"))
                 warm_up(server.base_url, headers, vocab_size, warmup_tokens, opts.warmup_requests)
                 stage(at("running"))
-                sent, makespan = run_measured(run_workload, spec, server.base_url, headers, options.log_path)
+                sent, makespan = run_measured(runner, spec, server.base_url, headers, options.log_path)
         except (ServerError, httpx.HTTPError, BenchError) as exc:
             raise BenchError(f"{where}: {exc}") from exc
         runs.append(Run(policy, repetition, sent, makespan))
@@ -247,8 +257,12 @@ def bench_trace(
     vocab = int(config["vocab_size"])
     workload = Workload(trace, TokenMaker(vocab, token_scale), time_scale, max_new_tokens)
 
-    def run_workload(base_url: str, headers: dict[str, str], spec: PolicySpec) -> tuple[list[Sent], float]:
-        return asyncio.run(workload.drive(base_url, headers, lifecycle=lifecycle_of(spec), on_answer=answered))
+    def run_workload(
+        base_url: str, headers: dict[str, str], spec: PolicySpec, form: ClientForm = FORMS[OURS]
+    ) -> tuple[list[Sent], float]:
+        return asyncio.run(
+            workload.drive(base_url, headers, lifecycle=lifecycle_of(spec), on_answer=answered, form=form)
+        )
 
     runs = measure(opts, run_workload, capacity=capacity, vocab_size=vocab, warmup_tokens=int(mean_prompt), stage=stage)
     return runs, capacity

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from agentcache.bench.forms import FORMS, OURS, ClientForm, Ending
 from agentcache.replay.results import calls_after_tools
 from agentcache.trace import End, Event, Request, ToolEvent, Trace
 
@@ -129,20 +130,25 @@ class Workload:
         *,
         lifecycle: Lifecycle,
         on_answer: Callable[[], None] | None = None,
+        form: ClientForm = FORMS[OURS],
     ) -> tuple[list[Sent], float]:
         """Send the whole workload; every answer, and the completion time (first request to last answer).
 
         With sessions, a workflow that never ends keeps its session open, as on a real server. The trace's tool
         events go to the plugin's events route at their times (a workflow's each after its call before it was
-        answered, as a client's come); a server without the plugin has no such route and hears none."""
+        answered, as a client's come); a server without the plugin has no such route and hears none. On the
+        plugin, `form` names each request's workflow and agent, and ends the workflow, as that client's stack
+        does (agentcache/bench/forms.py); a form other than ours sends no tool events (it has no route for them)."""
         after_tool = calls_after_tools(self.trace.events)
+        tools = lifecycle is Lifecycle.PLUGIN and form.name == OURS
         by_workflow: dict[str, list[tuple[Request | End | ToolEvent, bool]]] = {}
         requests = 0
         for e in self.trace.events:
-            if isinstance(e, ToolEvent) and lifecycle is not Lifecycle.PLUGIN:
+            if isinstance(e, ToolEvent) and not tools:
                 continue
             by_workflow.setdefault(e.workflow, []).append((e, isinstance(e, Request) and requests in after_tool))
             requests += isinstance(e, Request)
+        finals = last_requests_of_ended(self.trace.events)
         sent: list[Sent] = []
         start = time.monotonic()
         last_answer = start
@@ -154,23 +160,20 @@ class Workload:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if isinstance(e, End):
-                    await end(client, base_url, e.workflow, lifecycle)
+                    await end(client, base_url, e.workflow, lifecycle, form)
                     continue
                 if isinstance(e, ToolEvent):
                     await tool_event(client, base_url, e)
                     continue
                 ids, fixed = self.tokens.prompt(e)
-                tags = {"v": 1, "workflow": e.workflow, "agent": e.agent, "agent_name": e.agent, "fixed_tokens": fixed}
-                params = {
-                    "max_new_tokens": capped_output(e.output, self.max_new_tokens),
-                    "temperature": 0,
-                    "custom_params": {"agentcache": tags},
-                }
+                params = {"max_new_tokens": capped_output(e.output, self.max_new_tokens), "temperature": 0}
                 body: dict[str, Any] = {"input_ids": ids, "sampling_params": params}
+                tagging = form if lifecycle is Lifecycle.PLUGIN else FORMS[OURS]  # plain SGLang: as ever, our tags
+                headers = tagging.tag(body, e.workflow, e.agent, fixed, id(e) in finals)
                 if lifecycle is Lifecycle.SESSIONS:  # SGLang's radix-native session: the top-level id alone
                     body["session_id"] = e.workflow
                 sent_s = time.monotonic() - start
-                answer = await generate(client, base_url, body)
+                answer = await generate(client, base_url, body, headers)
                 answer.workflow, answer.after_tool, answer.sent_s = e.workflow, follows_tool, sent_s
                 sent.append(answer)
                 last_answer = max(last_answer, time.monotonic())
@@ -182,11 +185,26 @@ class Workload:
         return sent, last_answer - start
 
 
-async def end(client: httpx.AsyncClient, base_url: str, workflow: str, lifecycle: Lifecycle) -> None:
-    """A workflow's End event, as its server hears it: the plugin's end route, or the close of its session."""
-    if lifecycle is Lifecycle.PLUGIN:
+def last_requests_of_ended(events: list[Event]) -> set[int]:
+    """The ids (`id()`) of each ended workflow's last request: where a form that ends on a final request says so."""
+    last: dict[str, Request] = {}
+    finals: set[int] = set()
+    for e in events:
+        if isinstance(e, Request):
+            last[e.workflow] = e
+        elif isinstance(e, End) and e.workflow in last:
+            finals.add(id(last.pop(e.workflow)))
+    return finals
+
+
+async def end(
+    client: httpx.AsyncClient, base_url: str, workflow: str, lifecycle: Lifecycle, form: ClientForm = FORMS[OURS]
+) -> None:
+    """A workflow's End event, as its server hears it: the plugin's end route (or, in another client's form, its
+    session's close, or nothing where its last request said so or its lease will), or the close of its session."""
+    if lifecycle is Lifecycle.PLUGIN and form.ending is Ending.ROUTE:
         r = await client.post(f"{base_url}/agentcache/v1/workflows/{workflow}/end")
-    elif lifecycle is Lifecycle.SESSIONS:
+    elif lifecycle is Lifecycle.SESSIONS or (lifecycle is Lifecycle.PLUGIN and form.ending is Ending.CLOSE_SESSION):
         r = await client.post(f"{base_url}/close_session", json={"session_id": workflow})
     else:
         return
@@ -202,12 +220,14 @@ async def tool_event(client: httpx.AsyncClient, base_url: str, event: ToolEvent)
         raise BenchError(f"{r.request.url} answered {r.status_code}: {r.text.strip()[:300]}")
 
 
-async def generate(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> Sent:
+async def generate(
+    client: httpx.AsyncClient, base_url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Sent:
     """One streamed /generate: time to the first token, latency, and the server's own token counts."""
     started = time.perf_counter()
     first: float | None = None
     meta: dict[str, Any] = {}
-    async with client.stream("POST", f"{base_url}/generate", json={**body, "stream": True}) as r:
+    async with client.stream("POST", f"{base_url}/generate", json={**body, "stream": True}, headers=headers) as r:
         if r.status_code != 200:
             raise BenchError(f"{base_url}/generate answered {r.status_code}: {(await r.aread())[:300]!r}")
         async for line in r.aiter_lines():

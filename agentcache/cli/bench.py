@@ -8,6 +8,7 @@ import tempfile
 
 from rich.console import Console
 
+from agentcache.bench.forms import FORMS, OURS, parse_forms
 from agentcache.bench.progress import BenchProgress
 from agentcache.bench.report import comparisons, median_range, plot
 from agentcache.bench.runner import CAPACITY_FACTOR, DEFAULT_POLICIES, BenchOptions, bench_trace
@@ -50,6 +51,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         help=f"generate {BENCH_WORKFLOWS} workflows (or --workflows) of this family instead (default {BENCH_FAMILY})",
     )
     p.add_argument("--policy", default=DEFAULT_POLICIES, help="comma-separated (default %(default)s)")
+    p.add_argument(
+        "--client-form",
+        default=OURS,
+        help="comma-separated: the forms agentcache's runs name workflows in, a run each per repetition (named "
+        "`POLICY via FORM`; SGLang's own strategies run as a plain client would): "
+        + "; ".join(f"{f.name}: {f.says}" for f in FORMS.values())
+        + " (default %(default)s)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="repetitions per policy, at least 3 (default %(default)s)")
     p.add_argument(
         "--workflows",
@@ -95,6 +104,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     policies = live_policies(args.policy, "--policy")
+    try:
+        forms = parse_forms(args.client_form)
+    except ValueError as exc:
+        raise UsageError(f"--client-form: {exc}") from None
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3 (medians need repetitions), got {args.repeat}")
     for name in ("token_scale", "time_scale"):
@@ -126,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         cpu=args.cpu,
         port=args.port,
         log_dir=log_dir,
+        forms=forms,
     )
     try:
         with BenchProgress(console, requests_per_run=len(trace.requests)) as progress:

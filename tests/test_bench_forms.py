@@ -1,0 +1,158 @@
+"""`agentcache bench --client-form`: the same workload in other clients' forms, each ending its workflows its way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agentcache.bench.forms import FORMS, OURS, Ending, parse_forms, run_label
+from agentcache.bench.workload import Lifecycle, TokenMaker, Workload
+from agentcache.cli import main
+from agentcache.trace import End
+from agentcache.workloads import GenConfig, generate
+
+
+@pytest.fixture
+def heard_with_headers():
+    """A stand-in server that answers /generate with one streamed token and records (path, headers, body)."""
+    heard: list[tuple[str, dict[str, str], dict]] = []
+
+    class Recording(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: ANN002
+            pass
+
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
+            heard.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            data = b""
+            if self.path == "/generate":
+                meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
+                data = f"data: {json.dumps({'output_ids': [1], 'meta_info': meta})}\n\ndata: [DONE]\n\n".encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", heard
+    finally:
+        server.shutdown()
+
+
+def _session_of(form: str, headers: dict[str, str], body: dict) -> tuple[str | None, str | None, bool]:
+    """(workflow, agent, final) as this test reads each form back (the server's reader is agentcache/client_hints)."""
+    hints = body.get("agent_hints") or {}
+    context = (body.get("nvext") or {}).get("agent_context") or {}
+    tags = body["sampling_params"].get("custom_params", {}).get("agentcache", {})
+    workflow = {
+        OURS: tags.get("workflow"),
+        "sglang-session": body.get("session_id"),
+        "agent-hints": hints.get("workflow_id"),
+        "dynamo": headers.get("x-dynamo-session-id"),
+        "dynamo-nvext": context.get("session_id"),
+        "claude-code": headers.get("x-claude-code-session-id"),
+        "codex": headers.get("session-id"),
+        "opencode": headers.get("x-session-id"),
+        "routing-key": headers.get("x-smg-routing-key"),
+        "prompt-cache-key": body.get("prompt_cache_key"),
+    }[form]
+    agent = tags.get("agent") or hints.get("agent_id") or headers.get("x-claude-code-agent-id")
+    final = headers.get("x-dynamo-session-final") == "true" or context.get("session_final") is True
+    return workflow, agent, final
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_each_form_names_every_request_and_ends_each_workflow_its_way(form, heard_with_headers):
+    url, heard = heard_with_headers
+    trace = generate("code-retry", GenConfig(workflows=3, seed=1))
+    workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
+    sent, _ = asyncio.run(workload.drive(url, {}, lifecycle=Lifecycle.PLUGIN, form=FORMS[form]))
+    generated = [(h, b) for path, h, b in heard if path == "/generate"]
+    assert len(sent) == len(generated) == len(trace.requests)
+
+    read = [_session_of(form, h, b) for h, b in generated]
+    by_workflow: dict[str, list] = {}
+    for workflow, agent, final in read:
+        by_workflow.setdefault(workflow, []).append((agent, final))
+    assert {w for w, _, _ in read} == {r.workflow for r in trace.requests}, "every request names its workflow"
+    assert sorted(len(v) for v in by_workflow.values()) == sorted(
+        sum(r.workflow == w for r in trace.requests) for w in by_workflow
+    )
+    if form in (OURS, "sglang-session", "agent-hints", "claude-code"):
+        assert {a for _, a, _ in read} == {r.agent for r in trace.requests}, "the form carries the agent"
+    if form != OURS:
+        assert all("custom_params" not in b["sampling_params"] for _, b in generated), "no tags of ours"
+
+    ended = {e.workflow for e in trace.events if isinstance(e, End)}
+    assert ended, "the trace ends its workflows"
+    ending = FORMS[form].ending
+    finals = {w for w, a, f in read if f}
+    assert finals == (ended if ending is Ending.FINAL else set())
+    if ending is Ending.FINAL:  # the final mark on each ended workflow's last request alone
+        for w in ended:
+            assert [f for _, f in by_workflow[w]] == [False] * (len(by_workflow[w]) - 1) + [True]
+    others = sorted((path, json.dumps(body)) for path, _, body in heard if path != "/generate")
+    if ending is Ending.ROUTE:
+        assert [p for p, _ in others] == sorted(f"/agentcache/v1/workflows/{w}/end" for w in ended)
+    elif ending is Ending.CLOSE_SESSION:
+        assert others == sorted(("/close_session", json.dumps({"session_id": w})) for w in ended)
+    else:
+        assert others == [], "the final request or the lease ends it: nothing else is sent"
+
+
+def test_forms_are_parsed_and_named_and_plain_sglang_runs_keep_ours(monkeypatch, capsys):
+    assert [f.name for f in parse_forms("ours, dynamo,ours")] == [OURS, "dynamo"]
+    with pytest.raises(ValueError, match="unknown client form nosuch"):
+        parse_forms("dynamo,nosuch")
+    assert run_label("pbkv", FORMS[OURS]) == "pbkv" and run_label("pbkv", FORMS["dynamo"]) == "pbkv via dynamo"
+    assert main(["bench", "--client-form", "nosuch", "--port", "1"]) == 2
+    assert "--client-form: unknown client form nosuch" in capsys.readouterr().err
+
+    # The runs a bench makes: the plugin's in every form, plain SGLang's once, alternating over repetitions.
+    from agentcache.bench import runner
+    from agentcache.bench.runner import BenchOptions, measure
+    from agentcache.policy import PolicySpec
+
+    class NoServer:
+        def __init__(self, opts):
+            self.base_url = "http://stand-in"
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def auth_headers(self):
+            return {}
+
+    import agentcache.server_ext.launcher as launcher
+
+    monkeypatch.setattr(launcher, "Server", NoServer)
+    monkeypatch.setattr(runner, "warm_up", lambda *a: None)
+    monkeypatch.setattr(runner, "server_stats", lambda *a: {})
+    calls = []
+
+    def run_workload(base_url, headers, spec, form=FORMS[OURS]):
+        calls.append((spec.text, form.name))
+        return [], 1.0
+
+    opts = BenchOptions(
+        policies=(PolicySpec.parse("lru"), PolicySpec.parse("pbkv")), repeat=2, forms=parse_forms("ours,dynamo")
+    )
+    runs = measure(opts, run_workload, capacity=100, vocab_size=100, warmup_tokens=1)
+    assert [r.policy for r in runs] == ["lru", "pbkv", "pbkv via dynamo", "pbkv via dynamo", "pbkv", "lru"]
+    assert calls == [
+        ("lru", OURS),
+        ("pbkv", OURS),
+        ("pbkv", "dynamo"),
+        ("pbkv", "dynamo"),
+        ("pbkv", OURS),
+        ("lru", OURS),
+    ]
