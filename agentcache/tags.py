@@ -46,7 +46,7 @@ MAX_FIXED = 1 << 24
 # Header carrying the same tags where a proxy drops body fields (sglang-router forwards x-request-id-*).
 HEADER = "x-request-id-agentcache"
 
-_CLIENT_FIELDS = ("workflow", "agent", "agent_name", "fixed_messages", "fixed_tokens", "fixed_chars")
+_CLIENT_FIELDS = ("workflow", "agent", "agent_name", "fixed_messages", "fixed_tokens", "fixed_chars", "app")
 
 
 # Tenants are "<principal>" or "<principal>/<label>": the principal is who holds the request's key (a keys file's
@@ -97,6 +97,9 @@ class Tags:
     # characters; page-aligned within the prompt once the scheduler has it)
     fixed_tokens: int | None = None
     fixed_chars: int | None = None  # /generate with text: characters of the fixed prompt
+    # The app the workflow belongs to (its plan and forecasts are per app): the SDK's decorated function's
+    # qualified name unless the app names one; implicit tags have none.
+    app: str | None = None
     # Set by the server, never taken from a client:
     tenant: str = ""  # from the request's credentials
     ts: float | None = None  # the HTTP process's clock when it accepted the request: the policy clock
@@ -114,6 +117,13 @@ class Tags:
         # Scoped by the key's holder, so no tenant's agent names reach another's forecasts.
         name = self.agent_name or self.agent
         object.__setattr__(self, "identity", scoped_agent(principal_of(self.tenant), name) if self.tenant else name)
+
+    @property
+    def app_identity(self) -> str | None:
+        """The app as the policy knows it: its name, scoped by the principal of its tenant as `identity` is."""
+        if self.app is None:
+            return None
+        return scoped_agent(principal_of(self.tenant), self.app) if self.tenant else self.app
 
     @property
     def fixed(self) -> int:
@@ -185,6 +195,7 @@ def parse(obj: Any) -> Tags:
         fixed_messages=_count(obj, "fixed_messages"),
         fixed_tokens=_count(obj, "fixed_tokens"),
         fixed_chars=_count(obj, "fixed_chars"),
+        app=_id(obj, "app", False),
     )
 
 

@@ -10,6 +10,9 @@
     with ac.tool_call("pytest"):    # inside a workflow: the agent waits on a tool (the server keeps its path)
         run_tests()
 
+    ac.plan(graph={"planner": ["coder"], "coder": ["tester"]})   # the app's plan, once
+    ac.next_agents("coder")         # the app decided who calls next; ac.agent_done("planner"): read no more
+
 Importing the package installs the request hooks (openai SDK and httpx, as
 the app imports them: agentcache_sdk itself imports neither) and carries the
 workflow into thread pools; both only act inside a workflow, and the hooks
@@ -18,7 +21,8 @@ serve --workers N` each request goes to the worker the workflow-aware routing
 chooses (``configure(routing="workflow-affinity")`` keeps whole workflows on
 one worker instead); `routing_stats()` says what it did. An answer that asks
 for tools starts a tool pause for its agent, which its next request ends
-(agentcache_sdk._tools); the framework integrations report each tool call.
+(agentcache_sdk._tools); the framework integrations report each tool call, and
+the framework's plan and decisions (agentcache_sdk._plan).
 """
 
 from agentcache_sdk._answers import usage
@@ -26,6 +30,7 @@ from agentcache_sdk._config import Settings, configure, settings
 from agentcache_sdk._counters import counters
 from agentcache_sdk._events import flush
 from agentcache_sdk._hooks import install as _install_hooks
+from agentcache_sdk._plan import agent_done, next_agents, plan
 from agentcache_sdk._record import Recorder, record
 from agentcache_sdk._routing import routing_stats
 from agentcache_sdk._thread_pools import carry_into_thread_pools as _carry_into_thread_pools
@@ -49,6 +54,7 @@ __all__ = [
     "Settings",
     "WorkflowContext",
     "add_agent_name_provider",
+    "agent_done",
     "agent_name",
     "configure",
     "counters",
@@ -56,6 +62,8 @@ __all__ = [
     "current_workflow",
     "end_workflow",
     "flush",
+    "next_agents",
+    "plan",
     "record",
     "routing_stats",
     "settings",

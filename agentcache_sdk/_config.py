@@ -30,6 +30,7 @@ class Settings:
     exit_timeout_s: float = DEFAULT_EXIT_TIMEOUT_S  # the longest the app's exit waits for pending events
     routing: str = DEFAULT_ROUTING  # one of ROUTINGS: the routing key behind an agentcache cluster
     tool_events: bool = True  # tell the server when an agent waits on a tool (agentcache_sdk._tools)
+    plan_events: bool = True  # tell the server the app's plan and its framework's decisions (agentcache_sdk._plan)
 
     def origin(self) -> tuple[str, str, int]:
         parts = urlsplit(self.base_url)
@@ -78,6 +79,7 @@ def _from_env() -> Settings:
         exit_timeout_s=_seconds("AGENTCACHE_EXIT_TIMEOUT_S", DEFAULT_EXIT_TIMEOUT_S),
         routing=check_routing(os.environ.get("AGENTCACHE_ROUTING") or DEFAULT_ROUTING, "AGENTCACHE_ROUTING"),
         tool_events=_switch("AGENTCACHE_TOOL_EVENTS", True),
+        plan_events=_switch("AGENTCACHE_PLAN_EVENTS", True),
     )
 
 
@@ -91,6 +93,7 @@ def configure(
     exit_timeout_s: float | None = None,
     routing: str | None = None,
     tool_events: bool | None = None,
+    plan_events: bool | None = None,
 ) -> Settings:
     """Point the SDK at the agentcache server. `base_url` may include the OpenAI `/v1` suffix.
 
@@ -100,6 +103,9 @@ def configure(
 
     `tool_events` (also ``AGENTCACHE_TOOL_EVENTS=off``): False sends no tool events (the server then guesses
     tool pauses from each agent's past gaps, as it does for an app without the SDK); a recording still holds them.
+
+    `plan_events` (also ``AGENTCACHE_PLAN_EVENTS=off``): False sends no plan, next or agent_done events (the server
+    then forecasts from what it learns alone); a recording still holds them.
     """
     if routing is not None:
         settings.routing = check_routing(routing)
@@ -114,4 +120,6 @@ def configure(
         settings.exit_timeout_s = exit_timeout_s
     if tool_events is not None:
         settings.tool_events = tool_events
+    if plan_events is not None:
+        settings.plan_events = plan_events
     return settings

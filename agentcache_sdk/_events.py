@@ -1,8 +1,9 @@
 """The SDK's one channel to the server's event routes, in the background: workflow ends and batched events.
 
 Two kinds of item share one queue, in the order they happened: a workflow's
-end (``POST /agentcache/v1/workflows/<id>/end``) and an event such as an
-agent's tool call starting or ending (sent in batches of at most
+end (``POST /agentcache/v1/workflows/<id>/end``) and an event: an agent's
+tool call starting or ending (agentcache_sdk._tools), the app's plan, the
+agents its framework decided call next, an agent done (agentcache_sdk._plan); sent in batches of at most
 MAX_BATCH_EVENTS to ``POST /agentcache/v1/events``: consecutive events with
 the same credentials go in one body). Behind sglang-router, which has neither
 route, each goes to every worker (agentcache_sdk._workers).
@@ -273,7 +274,7 @@ def _wait_at_exit() -> None:
         )
     if dropped.get("dropped_events", 0):
         logger.warning(
-            "agentcache: %d tool events were dropped (the server was unreachable, or did not answer within the %g s"
+            "agentcache: %d events (tool calls, plans, decisions) were dropped (the server was unreachable, or did not answer within the %g s"
             " exit wait)",
             dropped["dropped_events"],
             settings.exit_timeout_s,

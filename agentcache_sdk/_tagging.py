@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 
 from agentcache.tags import HEADER, KEY, TagError, Tags, agent_of, find, parse
-from agentcache_sdk import _routing, _tools
+from agentcache_sdk import _plan, _routing, _tools
 from agentcache_sdk._config import settings
 from agentcache_sdk._counters import logger, warn_once
 from agentcache_sdk._routing import Ticket
@@ -53,7 +53,7 @@ def tags_for(path: str, body: Mapping[str, Any]) -> Tags | None:
     if workflow_id is None:
         return None
     _tools.called_again(ctx, name or agent)  # the agent's tool pause, if one is open, is over
-    return Tags(workflow=workflow_id, agent=agent, agent_name=name, fixed_messages=fixed_messages)
+    return Tags(workflow=workflow_id, agent=agent, agent_name=name, fixed_messages=fixed_messages, app=ctx.app)
 
 
 def routing_key(workflow: str) -> str:
@@ -165,6 +165,8 @@ def _retag(request: httpx.Request) -> Retagged:
         except TagError:
             return request, body, None, None
         ticket = None
+        if ctx is not None and ctx.id == tags.workflow:
+            _plan.requested(ctx)  # its app's plan goes before its first request
         # Route the SDK's own workflows (the openai hook set the workflow id as the key); an app's own tags
         # and routing keys are left as they are.
         if (
@@ -183,6 +185,8 @@ def _retag(request: httpx.Request) -> Retagged:
     if tagged_body is None:
         return request, body, None, None
     body = tagged_body
+    if ctx is not None:
+        _plan.requested(ctx)  # its app's plan goes before its first request
     headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
     headers.update(routing_headers(tags))
     tagged = httpx.Request(

@@ -43,7 +43,7 @@ from agentcache.trace import EventFieldError, tool_fields
 from agentcache_sdk._config import settings
 from agentcache_sdk._counters import notify, warn_once
 from agentcache_sdk._events import headers, sender
-from agentcache_sdk._workflow import WorkflowContext, as_id, current_agent_name, current_workflow
+from agentcache_sdk._workflow import WorkflowContext, as_id, current_agent_name, known_workflow
 
 # Called with (event type, workflow, agent, tool) for each tool event, sent or not (the recorder).
 observers: list[Callable[[str, str, str, str], object]] = []
@@ -79,14 +79,6 @@ def _emit(ctx: WorkflowContext, kind: str, workflow: str, agent: str, tool: str)
         sender.submit_event(event, headers(ctx.authorization))
 
 
-def _in_workflow() -> WorkflowContext | None:
-    """The current workflow, when the server knows it (it has made a tagged request and is not ended)."""
-    ctx = current_workflow()
-    if ctx is None or ctx._returned or ctx.ended or not ctx.requests:
-        return None
-    return ctx
-
-
 def _agent(ctx: WorkflowContext, agent: str | None) -> str | None:
     return as_id(agent) or as_id(current_agent_name()) or ctx.last_agent
 
@@ -119,7 +111,7 @@ def tool_calls_of(answer: Any) -> list[tuple[str | None, str]] | None:
 def answered(workflow: str, agent: str, answer: Any) -> None:
     """An answer to `agent`'s request in `workflow` arrived: a pause starts if it asks for tools."""
     calls = tool_calls_of(answer)
-    ctx = _in_workflow()
+    ctx = known_workflow()
     if calls is None or ctx is None:
         return
     names = [name for _, name in calls]
@@ -153,7 +145,7 @@ def tool_started(tool: str, agent: str | None = None, call_id: str | None = None
     """Say that `agent` (default: the current agent) now waits on `tool`; False where nothing is sent (outside a
     workflow, or a call an answer announced already, which joins that answer's pause). `call_id`: the
     framework's id of the call (an OpenAI tool call id), which `tool_ended` names again."""
-    ctx = _in_workflow()
+    ctx = known_workflow()
     tool_id = as_id(tool) or "tool"
     if ctx is None:
         return False
@@ -192,7 +184,7 @@ def _announcing(ctx: WorkflowContext, call_id: str | None, agent: str | None, to
 
 def tool_ended(tool: str, agent: str | None = None, call_id: str | None = None) -> bool:
     """Say that a tool call `tool_started` reported is over; True when that ends its pause (an event is sent)."""
-    ctx = _in_workflow()
+    ctx = known_workflow()
     tool_id = as_id(tool) or "tool"
     if ctx is None:
         return False

@@ -52,6 +52,7 @@ class WorkflowContext:
 
     id: str
     name: str | None = None
+    app: str | None = None  # what its requests' tags name as their app (plans and forecasts are per app)
     ended: bool = False
     requests: int = 0
     agents: Counter[str] = field(default_factory=Counter)
@@ -110,9 +111,25 @@ def as_id(name: str | None) -> str | None:
     return "".join(c for c in name if c.isprintable())[:MAX_ID_CHARS] or None
 
 
+def _app_of(fn: Callable[..., Any]) -> str | None:
+    """A decorated function's app: its qualified name (`module.qualname`), cut to a valid id."""
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    module = getattr(fn, "__module__", None)
+    return as_id(f"{module}.{qualname}" if module and qualname else qualname)
+
+
 def current_workflow() -> WorkflowContext | None:
     """The workflow the caller runs in, or None outside any."""
     return workflow_var.get()
+
+
+def known_workflow() -> WorkflowContext | None:
+    """The current workflow, when the server knows it (it has made a tagged request and is not ended): events
+    about any other would name a workflow the server has not seen."""
+    ctx = workflow_var.get()
+    if ctx is None or ctx._returned or ctx.ended or not ctx.requests:
+        return None
+    return ctx
 
 
 def current_agent_name() -> str | None:
@@ -240,6 +257,10 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
 
         with workflow(name="batch") as wf: ...
 
+    Every request is tagged with the workflow's app: `app`, else `name`, else the decorated function's
+    qualified name (`module.qualname`); a `with` block without either has none. An app's plan
+    (agentcache_sdk._plan) is sent once per app and forecasts are kept per app, so one app is one kind of run.
+
     A workflow started inside another one joins it: one top-level run is one workflow. After
     `end_workflow()`, the call's next request starts its next workflow (`<id>.2`), which leaving ends.
     `workflow_id` and `name` are printable text of at most 256 characters, in any script (the wire format's
@@ -247,7 +268,12 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
     """
 
     def __init__(
-        self, fn: Callable[..., Any] | None = None, *, name: str | None = None, workflow_id: str | None = None
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        workflow_id: str | None = None,
+        app: str | None = None,
     ):
         # An id the server would refuse (its tags dropped, the request served untagged) or that cannot travel in a
         # header (a line break) is the caller's mistake: said here, where it is made, not at every request.
@@ -255,8 +281,11 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
             check_id("workflow_id", workflow_id)
         if name:
             check_id("name", name)
+        if app:
+            check_id("app", app)
         self.name = name
         self.workflow_id = workflow_id
+        self.app = app
         self._fn = fn
         self._scopes: list[tuple[contextvars.Token | None, WorkflowContext]] = []
         if fn is not None:
@@ -265,15 +294,17 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._fn is None:  # @workflow(name=...) applied to a function
             (fn,) = args
-            return workflow(fn, name=self.name, workflow_id=self.workflow_id)
+            return workflow(fn, name=self.name, workflow_id=self.workflow_id, app=self.app)
         fn = self._fn
+        scope = workflow(name=self.name, workflow_id=self.workflow_id, app=self.app or self.name or _app_of(fn))
         if inspect.iscoroutinefunction(fn):
-            return self._call_async(fn, args, kwargs)
-        with workflow(name=self.name, workflow_id=self.workflow_id):
+            return self._call_async(scope, fn, args, kwargs)
+        with scope:
             return fn(*args, **kwargs)
 
-    async def _call_async(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        async with workflow(name=self.name, workflow_id=self.workflow_id):
+    @staticmethod
+    async def _call_async(scope: workflow, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        async with scope:
             return await fn(*args, **kwargs)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # decorating methods
@@ -295,7 +326,7 @@ class workflow:  # noqa: N801 - a decorator and context manager, spelled like on
                 logger.debug("agentcache: a workflow start hook failed", exc_info=True)
         random_part = uuid.uuid4().hex[:16]
         prefix = f"{self.name[: MAX_ID_CHARS - len(random_part) - 1]}-" if self.name else "wf-"
-        ctx = WorkflowContext(self.workflow_id or prefix + random_part, self.name)
+        ctx = WorkflowContext(self.workflow_id or prefix + random_part, self.name, self.app or self.name)
         self._scopes.append((workflow_var.set(ctx), ctx))
         count("workflows")
         return ctx

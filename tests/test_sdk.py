@@ -169,7 +169,9 @@ def test_requests_inside_a_workflow_are_tagged_outside_are_not(fake):
     (outside, _), (inside, headers) = chats(fake)
     assert "custom_params" not in outside
     tags = inside["custom_params"]["agentcache"]
-    assert tags == {"v": 1, "workflow": wid, "agent": agent_of([SYSTEM])[0], "fixed_messages": 1, "agent_name": "coder"}
+    assert tags == {
+        "v": 1, "workflow": wid, "agent": agent_of([SYSTEM])[0], "fixed_messages": 1, "agent_name": "coder", "app": "demo"
+    }  # fmt: skip
     assert headers["x-smg-routing-key"] == wid and json.loads(headers["x-request-id-agentcache"]) == tags
     assert ends(fake) == [wid]
     assert ac.current_workflow() is None
@@ -561,7 +563,7 @@ def test_a_recorder_that_fails_loses_its_events_not_the_apps_requests(fake, tmp_
         def disk_full(event):  # noqa: ANN001
             raise OSError(28, "No space left on device")
 
-        recorder._writer.write = disk_full
+        recorder._write = disk_full
         with ac.workflow():
             reply = client.chat.completions.create(model="m", messages=[SYSTEM]).choices[0].message.content
     assert reply == "reply to 1"

@@ -519,4 +519,4 @@ def test_events_the_server_never_took_hold_up_the_exit_no_longer_than_its_wait_a
     exited = time.time()
     assert done.returncode == 0, done.stderr[-3000:]
     assert exited - json.loads(done.stdout.strip().splitlines()[-1])["done_at"] < 1.5
-    assert "agentcache: 500 tool events were dropped" in done.stderr, done.stderr[-3000:]
+    assert "agentcache: 500 events (tool calls, plans, decisions) were dropped" in done.stderr, done.stderr[-3000:]
