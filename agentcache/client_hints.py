@@ -282,6 +282,25 @@ PARSERS: dict[str, Callable[[Mapping[str, str], Mapping[str, Any]], ClientHints 
 }
 # Forms that carry hints alone, applied to whichever workflow the request rides with.
 HINT_PARSERS = (nvext_agent_hints, _final_header)
+# Every header and top-level body field the parsers above read: what a front carries past a proxy that drops
+# them (agentcache/forwarded_hints.py; tests/test_front.py checks the parsers read no other).
+HINT_HEADERS = frozenset(
+    {
+        "x-dynamo-session-id",
+        "x-dynamo-parent-session-id",
+        "x-dynamo-session-final",
+        "x-claude-code-session-id",
+        "x-claude-code-agent-id",
+        "x-claude-code-parent-agent-id",
+        "thread-id",
+        "session-id",
+        "x-codex-parent-thread-id",
+        "x-session-id",
+        "x-parent-session-id",
+        "x-smg-routing-key",
+    }
+)
+HINT_BODY_FIELDS = frozenset({"agent_hints", "session_id", "nvext", "prompt_cache_key"})
 
 
 def _with(hints: ClientHints, **changes: Any) -> ClientHints:

@@ -1,6 +1,8 @@
-"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router.
+"""`agentcache serve --workers N`: N SGLang workers with the plugin behind sglang-router, and our front before it.
 
-The router runs ``--policy manual``: it pins each ``x-smg-routing-key`` to one
+Clients point at the front (server_ext/front.py), which hands the router a routing key and the worker a
+forwarded header for clients that name their session in another stack's form, and passes the rest on; the
+router listens on a port of its own beside it. The router runs ``--policy manual``: it pins each ``x-smg-routing-key`` to one
 worker. The SDK chooses that key per request (``workflow-aware``, the default:
 ``agentcache-worker-<slot>``, the slot :class:`agentcache.routing.WorkflowAwareRouting`
 chose; or ``workflow-affinity``: the workflow id). The router drops body
@@ -43,6 +45,7 @@ import httpx
 
 from agentcache.router_workers import parse_router_workers
 from agentcache.routing import slot_key
+from agentcache.server_ext.front import front_command
 from agentcache.server_ext.launcher import (
     ServeOptions,
     Server,
@@ -74,11 +77,11 @@ def _log_beside(log_path: str | None, role: str) -> str | None:
 
 
 class Cluster:
-    """N agentcache workers and the router in front; a context manager that always stops every process tree.
+    """N agentcache workers, the router and the front; a context manager that always stops every process tree.
 
     `opts` is every worker's configuration (``max_total_tokens`` is per worker);
     its port is replaced: worker i listens on ``worker_ports[i]`` (default
-    ``router_port + 1 + i``) and clients use the router's port. While the
+    ``port + 1 + i``), clients use the front's `port`, and the router takes a free one. While the
     cluster runs inside ``with``, SIGTERM unwinds the block (unless the app
     set its own handler), so the workers stop too.
     """
@@ -87,7 +90,7 @@ class Cluster:
         self,
         opts: ServeOptions,
         workers: int,
-        router_port: int,
+        port: int,
         *,
         worker_ports: Sequence[int] | None = None,
         router_metrics_port: int | None = None,
@@ -95,15 +98,16 @@ class Cluster:
     ):
         if workers < 1:
             raise ClusterError(f"workers must be >= 1, got {workers}")
-        ports = list(worker_ports) if worker_ports is not None else [router_port + 1 + i for i in range(workers)]
+        ports = list(worker_ports) if worker_ports is not None else [port + 1 + i for i in range(workers)]
         if len(ports) != workers:
             raise ClusterError(f"{workers} workers need {workers} worker ports, got {len(ports)}")
-        if len({router_port, *ports}) != workers + 1:
-            raise ClusterError(f"router port {router_port} and worker ports {ports} must all differ")
+        if len({port, *ports}) != workers + 1:
+            raise ClusterError(f"port {port} and worker ports {ports} must all differ")
         if assignment_mode not in ASSIGNMENT_MODES:
             raise ClusterError(f"assignment_mode must be one of {', '.join(ASSIGNMENT_MODES)}, got {assignment_mode!r}")
         self.opts = opts
-        self.router_port = router_port
+        self.port = port
+        self.router_port: int | None = None  # picked at start
         self.router_metrics_port = router_metrics_port
         self.assignment_mode = assignment_mode
         self.workers = [
@@ -111,17 +115,22 @@ class Cluster:
             for i, port in enumerate(ports)
         ]
         self.router: subprocess.Popen | None = None
+        self.front: subprocess.Popen | None = None
         self.metrics_port: int | None = None
         # worker URL of each routing slot (slot_key(i) goes to slot_workers[i]); set by start() under min_group
         self.slot_workers: list[str] | None = None
-        self._router_log: Any = None
+        self._logs: list[Any] = []
         self._previous_sigterm: Any = None
         self._stopping = threading.Event()
         self._keepalive: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
-        """Where clients (and agentcache_sdk.configure) point: the router."""
+        """Where clients (and agentcache_sdk.configure) point: the front."""
+        return f"http://{self.opts.host}:{self.port}"
+
+    @property
+    def router_url(self) -> str:
         return f"http://{self.opts.host}:{self.router_port}"
 
     @property
@@ -134,9 +143,10 @@ class Cluster:
     # -- start
 
     def start(self, timeout_s: float = 600.0) -> Cluster:
-        """Start the workers in parallel, then the router; return once the router lists every worker healthy."""
+        """Start the workers in parallel, then the router, then the front; return once the front answers with the
+        router's list of every worker healthy."""
         host = self.opts.host
-        ports = [self.router_port, *(w.opts.port for w in self.workers)]
+        ports = [self.port, *(w.opts.port for w in self.workers)]
         if self.router_metrics_port is not None:
             ports.append(self.router_metrics_port)
         busy = [p for p in ports if not port_is_free(host, p)]
@@ -154,6 +164,7 @@ class Cluster:
                     future.result()
             # Picked only now: a worker's SGLang takes extra ports of its own while it starts.
             self.metrics_port = self.router_metrics_port or free_port(host)
+            self.router_port = free_port(host)
             self._start_router(self.metrics_port, deadline)
             if self.assignment_mode == "min_group":
                 self.slot_workers = self._place_slots(deadline)
@@ -161,6 +172,10 @@ class Cluster:
                     target=self._keep_slots, name="agentcache-slot-keepalive", daemon=True
                 )
                 self._keepalive.start()
+            self.front = self._spawn(
+                front_command(self.router_url, self.worker_urls, host=host, port=self.port), "front"
+            )
+            self._wait_listed(self.front, self.base_url, "front", deadline)
         except BaseException:
             self.stop()
             raise
@@ -175,31 +190,40 @@ class Cluster:
             api_key=self.opts.api_key,
             assignment_mode=self.assignment_mode,
         )
-        log_path = _log_beside(self.opts.log_path, "router")
-        self._router_log = open(log_path, "ab") if log_path else None
-        self.router = subprocess.Popen(
-            cmd,
-            start_new_session=True,
-            stdout=self._router_log or None,
-            stderr=subprocess.STDOUT if self._router_log else None,
+        self.router = self._spawn(cmd, "router")
+        self._wait_listed(self.router, self.router_url, "router", deadline)
+
+    def _spawn(self, cmd: list[str], role: str) -> subprocess.Popen:
+        """Start one of the cluster's own processes in a session of its own, its output in its log if asked."""
+        log_path = _log_beside(self.opts.log_path, role)
+        log = open(log_path, "ab") if log_path else None
+        if log is not None:
+            self._logs.append(log)
+        return subprocess.Popen(
+            cmd, start_new_session=True, stdout=log or None, stderr=subprocess.STDOUT if log else None
         )
-        hint = f" (log: {log_path})" if log_path else ""
+
+    def _wait_listed(self, process: subprocess.Popen, url: str, role: str, deadline: float) -> None:
+        """Until `url` lists every worker healthy (`GET /workers`, the router's, through the front or not)."""
+        log = _log_beside(self.opts.log_path, role)
+        hint = f" (log: {log})" if log else ""
+        name = {"router": "sglang-router", "front": "the front"}[role]
         listed: list[str] = []
         while time.monotonic() < deadline:
-            if self.router.poll() is not None:
-                raise ClusterError(f"sglang-router exited with status {self.router.returncode} while starting{hint}")
-            listed = self._healthy_workers()
+            if process.poll() is not None:
+                raise ClusterError(f"{name} exited with status {process.returncode} while starting{hint}")
+            listed = self._healthy_workers(url)
             if set(self.worker_urls) <= set(listed):
                 return
             time.sleep(0.5)
         raise ClusterError(
-            f"sglang-router did not list every worker as healthy in time: {len(listed)} of {len(self.workers)}{hint}"
+            f"{name} did not list every worker as healthy in time: {len(listed)} of {len(self.workers)}{hint}"
         )
 
-    def _healthy_workers(self) -> list[str]:
+    def _healthy_workers(self, url: str) -> list[str]:
         """Worker URLs the router routes to now. Its /readiness turns 200 with the first one, so it is not enough."""
         try:
-            r = httpx.get(f"{self.base_url}/workers", headers=self._headers(), timeout=5.0)
+            r = httpx.get(f"{url}/workers", headers=self._headers(), timeout=5.0)
             workers = parse_router_workers(r.json()) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return []
@@ -222,7 +246,7 @@ class Cluster:
             for slot in range(len(self.workers)):
                 headers = {**self._headers(), ROUTING_HEADER: slot_key(slot)}
                 response = held.enter_context(
-                    client.stream("POST", f"{self.base_url}/generate", json=body, headers=headers)
+                    client.stream("POST", f"{self.router_url}/generate", json=body, headers=headers)
                 )
                 if response.status_code != 200:
                     raise ClusterError(
@@ -276,7 +300,7 @@ class Cluster:
             for slot in range(len(self.workers)):
                 try:
                     httpx.post(
-                        f"{self.base_url}/generate",
+                        f"{self.router_url}/generate",
                         json=body,
                         headers={**self._headers(), ROUTING_HEADER: slot_key(slot)},
                         timeout=60.0,
@@ -287,23 +311,23 @@ class Cluster:
     # -- stop
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """Stop the router and every worker's process tree at once: each drains what it has in flight for up to
-        `grace_s`, so a stop takes one grace period, not the router's and then the workers'."""
+        """Stop the front, the router and every worker's process tree at once: each drains what it has in flight
+        for up to `grace_s`, so a stop takes one grace period, not the router's and then the workers'."""
         self._stopping.set()
-        router, self.router = self.router, None
-        with ThreadPoolExecutor(len(self.workers) + 1) as pool:
+        own = [p for p in (self.front, self.router) if p is not None]
+        self.front = self.router = None
+        with ThreadPoolExecutor(len(self.workers) + 2) as pool:
             stops = [pool.submit(w.stop, grace_s) for w in self.workers]
-            if router is not None:
-                stops.append(pool.submit(_stop_group, router, grace_s))
+            stops += [pool.submit(_stop_group, p, grace_s) for p in own]
             for stopped in stops:
                 stopped.result()
-        if self._router_log is not None:
-            self._router_log.close()
-            self._router_log = None
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
 
     def poll(self) -> int | None:
-        """The exit status of the router or a worker once one of them exited, else None."""
-        processes = [p for p in (self.router, *(w.process for w in self.workers)) if p is not None]
+        """The exit status of the front, the router or a worker once one of them exited, else None."""
+        processes = [p for p in (self.front, self.router, *(w.process for w in self.workers)) if p is not None]
         if not processes:
             return 0
         for process in processes:
@@ -352,16 +376,16 @@ def _stop_group(process: subprocess.Popen, grace_s: float) -> None:
     process.wait()
 
 
-def serve_cluster_forever(opts: ServeOptions, workers: int, router_port: int) -> int:
-    """Run `workers` workers behind the router on `router_port` until one exits or we get SIGINT/SIGTERM."""
+def serve_cluster_forever(opts: ServeOptions, workers: int, port: int) -> int:
+    """Run `workers` workers behind the router and the front on `port` until one exits or we get SIGINT/SIGTERM."""
     try:
-        cluster = Cluster(opts, workers, router_port)
+        cluster = Cluster(opts, workers, port)
 
         def start() -> None:
             cluster.start()
             slots = ", ".join(f"{slot_key(i)} -> {url}" for i, url in enumerate(cluster.slot_workers or []))
             print(
-                f"agentcache: serving on {cluster.base_url} (sglang-router, manual policy) in front of "
+                f"agentcache: serving on {cluster.base_url} (our front, sglang-router's manual policy) in front of "
                 f"{workers} workers {', '.join(cluster.worker_urls)} "
                 f"(policy {opts.policy}, {'CPU' if opts.cpu_mode else 'GPU'} mode); routing slots {slots}: "
                 "agentcache_sdk routes workflow-aware by default (AGENTCACHE_ROUTING=workflow-affinity pins whole "

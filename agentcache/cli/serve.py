@@ -113,5 +113,5 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1:
         from agentcache.server_ext.router import serve_cluster_forever
 
-        return serve_cluster_forever(opts, args.workers, router_port=args.port)
+        return serve_cluster_forever(opts, args.workers, port=args.port)
     return serve_forever(opts)
