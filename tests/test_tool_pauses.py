@@ -18,7 +18,7 @@ from agentcache.policy.pauses import (
 )
 from agentcache.predictor import END
 from agentcache.replay.engine import ReplayCache
-from agentcache.replay.runner import PreparedTrace, hear_tool, replay_policy
+from agentcache.replay.runner import PreparedTrace, hear_hint, replay_policy
 from agentcache.replay.tokens import TokenCodec
 from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import Request, Segment, ToolEnd, ToolStart
@@ -121,7 +121,7 @@ class Scene:
 
     def coder_calls_a_tool(self) -> None:
         self.serve(Request(0.0, "w1", "coder", (Segment("task/w1", 100),), 0, 10, "answer/w1"))
-        hear_tool(self.policy, ToolStart(1.0, "w1", "coder", "run_tests"), 1.0)
+        hear_hint(self.policy, ToolStart(1.0, "w1", "coder", "run_tests"), 1.0)
 
     def workers(self, names: str, ts: float) -> None:
         for i, name in enumerate(names.split()):
@@ -138,7 +138,7 @@ def test_a_paused_path_is_kept_against_other_demand_until_its_agent_returns(spec
     scene = Scene(spec)
     scene.coder_calls_a_tool()
     scene.workers("w2 w3 w4", 2.0)  # the third evicts a path: a worker's while the coder waits
-    hear_tool(scene.policy, ToolEnd(15.0, "w1", "coder", "run_tests"), 15.0)
+    hear_hint(scene.policy, ToolEnd(15.0, "w1", "coder", "run_tests"), 15.0)
     hit = scene.coder_returns(15.2)
     assert hit == (109 if spec == "pbkv" else 0)  # all but the output's last token (never fed back)
 

@@ -21,7 +21,7 @@ from agentcache.replay.engine import ReplayCache, SGLangAloneCache
 from agentcache.replay.results import UNLIMITED, ReplayResult
 from agentcache.replay.tokens import EncodedRequest, NextUseIndex, TokenCodec
 from agentcache.tags import Tags, WorkflowKey
-from agentcache.trace import End, Request, ToolEvent, ToolStart, Trace
+from agentcache.trace import AgentDone, End, Next, Request, ToolEnd, ToolEvent, ToolStart, Trace
 
 TIMELINE_POINTS = 40
 
@@ -30,18 +30,36 @@ def as_spec(policy: PolicySpec | str) -> PolicySpec:
     return policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
 
 
+# What a trace says beside its requests and ends: the client's hints, heard by the policy at their times.
+HINTS = (ToolStart, ToolEnd, Next, AgentDone)
+Hint = ToolEvent | Next | AgentDone
+
+
 def request_tags(request: Request, enc: EncodedRequest) -> Tags:
     """A trace request's tags, as the server would hand them to the policy (the trace's agent is its identity)."""
-    return Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len)
+    return Tags(workflow=request.workflow, agent=request.agent, fixed_tokens=enc.fixed_len, app=request.app)
 
 
-def hear_tool(policy: CachePolicy, event: ToolEvent, now: float) -> None:
-    """An agent's tool call began or ended: the policy hears it at `now`, as the server hears the client's."""
+def hear_hint(policy: CachePolicy, event: Hint, now: float) -> None:
+    """An agent's tool call began or ended, or the app's framework decided who calls next or that an agent's
+    context is done: the policy hears it at `now`, as the server hears the client's."""
     key = WorkflowKey("", event.workflow)
-    if isinstance(event, ToolStart):
+    if isinstance(event, Next):
+        policy.on_next(key, event.agents, now)
+    elif isinstance(event, AgentDone):
+        policy.on_agent_done(key, event.agent, now)
+    elif isinstance(event, ToolStart):
         policy.on_tool_start(key, event.agent, event.tool, now)
     else:
         policy.on_tool_end(key, event.agent, event.tool, now)
+
+
+def tell_plan(policy: CachePolicy, trace: Trace) -> None:
+    """The trace's plan, told at the start under the app its first request names (no app: the default one, "")."""
+    plan = trace.meta.plan
+    if plan is not None:
+        first = next((e for e in trace.events if isinstance(e, Request)), None)
+        policy.on_plan(first.app or "" if first is not None else "", plan, 0.0)
 
 
 class PreparedTrace:
@@ -134,12 +152,13 @@ def replay_policy(
     started = time.perf_counter()
     index = 0
     reads = prepared.next_reads() if told_reads else None
+    tell_plan(policy, prepared.trace)
     for event in prepared.trace.events:
         if isinstance(event, End):
             cache.end_workflow(event.workflow, event.ts)
             continue
-        if isinstance(event, ToolEvent):
-            hear_tool(policy, event, event.ts)
+        if isinstance(event, HINTS):
+            hear_hint(policy, event, event.ts)
             continue
         current = index
         enc = prepared.encoded[index]

@@ -26,10 +26,19 @@ from agentcache.cost import DEFAULT_COST, CostModel
 from agentcache.policy import PolicySpec, WorkflowRegistry
 from agentcache.predictor import Predictor
 from agentcache.replay.results import calls_after_tools, quantile
-from agentcache.replay.runner import PreparedTrace, as_spec, build_replay_cache, hear_tool, request_tags
+from agentcache.replay.runner import (
+    HINTS,
+    Hint,
+    PreparedTrace,
+    as_spec,
+    build_replay_cache,
+    hear_hint,
+    request_tags,
+    tell_plan,
+)
 from agentcache.replay.scheduler import DEFAULT_PREFILL_BUDGET, Served, Worker
 from agentcache.replay.tokens import EncodedRequest
-from agentcache.trace import End, Request, ToolEvent
+from agentcache.trace import End, Request
 
 Router = Callable[[Request, EncodedRequest, Sequence[Worker], float], int]
 
@@ -139,9 +148,10 @@ def serve_trace(
 
     `router(request, encoded, workers, now)` picks a worker for each request as it arrives; `on_finish`
     hears each request finish (or be refused), `on_end` each workflow's end (a router's bookkeeping). End
-    and tool events go to every worker that served the workflow. A tool event is heard at its trace time, or
-    once the request before it finished if that is later; it never delays a request, so requests are timed as
-    in the trace without it.
+    events and hints (tool, next and agent_done events) go to every worker that served the workflow. A hint is
+    heard at its trace time, or once the request before it finished if that is later; it never delays a
+    request, so requests are timed as in the trace without it. The trace's plan is told every worker at the
+    start.
     """
     spec = as_spec(policy)
     if spec.prefetch is not None:
@@ -171,43 +181,45 @@ def serve_trace(
         )
         for i in range(workers)
     ]
+    for worker in pool:
+        tell_plan(worker.policy, prepared.trace)
     # Each workflow's events in order; a workflow's next event is due at its trace time, or when its
     # previous request finished, whichever is later.
     index_of = {id(r): i for i, r in enumerate(prepared.requests)}
-    by_workflow: dict[str, deque[Request | End | ToolEvent]] = {}
+    by_workflow: dict[str, deque[Request | End | Hint]] = {}
     for event in prepared.trace.events:
         by_workflow.setdefault(event.workflow, deque()).append(event)
     sequence = itertools.count()
     due: list[tuple[float, int, str]] = []
-    # Tool events on a clock of their own, so that requests and ends are ordered (ties too) as without them.
-    tools_due: list[tuple[float, int, ToolEvent]] = []
-    tool_sequence = itertools.count()
+    # Hints on a clock of their own, so that requests and ends are ordered (ties too) as without them.
+    hints_due: list[tuple[float, int, Hint]] = []
+    hint_sequence = itertools.count()
     served_by: dict[str, set[int]] = {}
 
     def release(workflow: str, at: float) -> None:
         events = by_workflow[workflow]
-        while events and isinstance(events[0], ToolEvent):
-            tool = events.popleft()
-            heapq.heappush(tools_due, (max(tool.ts * time_scale, at), next(tool_sequence), tool))
+        while events and isinstance(events[0], HINTS):
+            hint = events.popleft()
+            heapq.heappush(hints_due, (max(hint.ts * time_scale, at), next(hint_sequence), hint))
         if events:
             heapq.heappush(due, (max(events[0].ts * time_scale, at), next(sequence), workflow))
 
-    # Workflows in the order their first request or end came (tool events aside), as their first pushes were.
-    first = dict.fromkeys(e.workflow for e in prepared.trace.events if not isinstance(e, ToolEvent))
+    # Workflows in the order their first request or end came (hints aside), as their first pushes were.
+    first = dict.fromkeys(e.workflow for e in prepared.trace.events if not isinstance(e, HINTS))
     for workflow in {**first, **dict.fromkeys(by_workflow)}:
         release(workflow, 0.0)
 
-    def hear_tools(until: float) -> None:
-        while tools_due and tools_due[0][0] <= until:
-            at, _, tool = heapq.heappop(tools_due)
-            for i in served_by.get(tool.workflow, ()):
-                hear_tool(pool[i].policy, tool, at)
+    def hear_hints(until: float) -> None:
+        while hints_due and hints_due[0][0] <= until:
+            at, _, hint = heapq.heappop(hints_due)
+            for i in served_by.get(hint.workflow, ()):
+                hear_hint(pool[i].policy, hint, at)
 
     now = 0.0
-    while due or tools_due or any(not w.idle for w in pool):
-        # Deliver everything due by now (a tool event before a request or end due at the same time); then start
-        # a step on every free worker with work.
-        hear_tools(now)
+    while due or hints_due or any(not w.idle for w in pool):
+        # Deliver everything due by now (a hint before a request or end due at the same time); then start a step
+        # on every free worker with work.
+        hear_hints(now)
         while due and due[0][0] <= now:
             at, _, workflow = heapq.heappop(due)
             event = by_workflow[workflow].popleft()
@@ -240,8 +252,8 @@ def serve_trace(
         upcoming = [w.busy_until for w in pool if not w.idle and w.busy_until > now]
         if due:
             upcoming.append(due[0][0])
-        if tools_due:
-            upcoming.append(tools_due[0][0])
+        if hints_due:
+            upcoming.append(hints_due[0][0])
         if not upcoming:
             break
         now = min(upcoming)

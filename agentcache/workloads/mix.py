@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from agentcache.trace import End, Event, Meta, ToolEvent, Trace
+from agentcache.trace import AgentDone, End, Event, Meta, Next, ToolEvent, Trace
 from agentcache.workloads import chat, code_retry
 from agentcache.workloads.common import GenConfig
 
@@ -30,7 +30,7 @@ def mix(first: Trace, second: Trace) -> Trace:
     Workflow ids and agent ids that occur in both traces are prefixed with the trace's name (`name/id`, or `1/`
     and `2/` when the names do not tell the traces apart), so workflows stay distinct and an agent keeps one
     fixed prompt. Content ids are kept: the same id is the same tokens in either trace. The call graph is the
-    union of both, or none when either trace lacks one.
+    union of both, or none when either trace lacks one. The mix has no plan: a trace's plan is one app's.
     """
     names = (first.meta.name, second.meta.name)
     labels = names if all(names) and names[0] != names[1] else ("1", "2")
@@ -44,8 +44,10 @@ def mix(first: Trace, second: Trace) -> Trace:
         for e in trace.events:
             if isinstance(e, End):
                 events.append(End(e.ts, workflow(e.workflow)))
-            elif isinstance(e, ToolEvent):
+            elif isinstance(e, (ToolEvent, AgentDone)):
                 events.append(replace(e, workflow=workflow(e.workflow), agent=agent(e.agent)))
+            elif isinstance(e, Next):
+                events.append(replace(e, workflow=workflow(e.workflow), agents=tuple(map(agent, e.agents))))
             else:
                 events.append(replace(e, workflow=workflow(e.workflow), agent=agent(e.agent), app=e.app or label))
         return events
