@@ -9,20 +9,20 @@ on the Python tree core, and adds:
 - per insert: a node boundary at that offset, and the path tagged with the
   request's workflow and agent (``checkpoint_into_tree``, through the routine
   the replay uses too: agentcache.engine.fixed_prompt);
-- control operations (end a workflow, a client's tool events, statistics)
+- control operations (end a workflow, a client's events: tool calls, plans and decisions; statistics)
   applied in the scheduler thread, in the order SGLang delivers them to every
   rank; what the read-only ones answer is in server_ext/views.py.
 
 A policy that raises never takes the scheduler down. Inside eviction it is
 dropped: the fault is logged with its traceback and counted (``policy_faults``
 in the statistics), and the worker evicts by SGLang's LRU from then on. In its
-bookkeeping (a request, a path's tags, an end, a tool event) the fault is counted, the first
+bookkeeping (a request, a path's tags, an end, a client's event) the fault is counted, the first
 at each place logged, and the request served: one odd request must not cost
 every tenant the policy. Ranks run the same code on the same inputs, so they
 fault at the same point and keep deciding alike.
 
 The policy clock is the time the HTTP process stamped on each tagged request,
-end and tool event (server_ext/control.py: server_clock), so every
+end and client event (server_ext/control.py: server_clock), so every
 tensor-parallel rank sees the same clock and makes the same decisions.
 """
 
@@ -52,12 +52,14 @@ from agentcache.policy import CachePolicy, NodeClass, WorkflowRegistry, make_pol
 from agentcache.policy.pbkv import PBKVPolicy
 from agentcache.predictor.tenants import per_tenant
 from agentcache.server_ext.calls import Calls
+from agentcache.server_ext.client_events import scoped_plan
 from agentcache.server_ext.config import PluginConfig
 from agentcache.server_ext.control_limits import FIRST_PAGE, Page
 from agentcache.server_ext.metrics import Metrics
 from agentcache.server_ext.records import TenantCounters, WorkflowRecords
 from agentcache.server_ext.views import WorkflowNodes, stats
-from agentcache.tags import Stamped, Tags, WorkflowKey, find
+from agentcache.tags import Stamped, Tags, WorkflowKey, find, principal_of, scoped_agent
+from agentcache.trace import Plan, plan_fields
 
 logger = logging.getLogger("agentcache")
 
@@ -282,15 +284,29 @@ class AgentCache(UnifiedRadixCache):
             self._count("unknown_end_events", tenant=tenant)
         return ended
 
-    def tool_events(self, tenant: str, ts: float, events: list[list[str]]) -> int:
-        """A client's tool events ([type, workflow, agent, tool], checked in the HTTP process: tool_events.py), heard
-        by the policy in the order they happened, each workflow and agent scoped to `tenant` as a tagged request's
-        are (Tags: the workflow key, the agent identity)."""
+    def client_events(self, tenant: str, ts: float, events: list[list[Any]]) -> int:
+        """A client's events (each [type, *fields], checked in the HTTP process: client_events.py), heard by the
+        policy in the order they happened, each workflow, agent and app scoped to `tenant` as a tagged request's
+        are (Tags: the workflow key, the agent identity; an app as Tags.app_identity)."""
         self.now = max(self.now, ts)
-        for kind, workflow, agent, tool in events:
-            tags = Tags(workflow=workflow, agent=agent, tenant=tenant)
-            where, hear = _TOOL_HOOKS[kind]
-            self._consult(where, getattr(self.policy, hear), tags.key, tags.identity, tool, self.now)
+        principal = principal_of(tenant)
+        for kind, *fields in events:
+            if kind == Plan.TYPE:
+                app, plan = fields
+                scoped = scoped_plan(plan_fields(plan), principal)
+                self._consult("a plan", self.policy.on_plan, scoped_agent(principal, app), scoped, self.now)
+            elif kind == "next":
+                workflow, agents = fields
+                named = tuple(scoped_agent(principal, a) for a in agents)
+                self._consult("a next event", self.policy.on_next, WorkflowKey(tenant, workflow), named, self.now)
+            elif kind == "agent_done":
+                workflow, agent = fields
+                key, identity = WorkflowKey(tenant, workflow), scoped_agent(principal, agent)
+                self._consult("an agent done", self.policy.on_agent_done, key, identity, self.now)
+            else:
+                tags = Tags(workflow=fields[0], agent=fields[1], tenant=tenant)
+                where, hear = _TOOL_HOOKS[kind]
+                self._consult(where, getattr(self.policy, hear), tags.key, tags.identity, fields[2], self.now)
             self._count(kind, tenant=tenant)
         return len(events)
 

@@ -196,9 +196,9 @@ def handle_control(scheduler: Any, req: AgentCacheControl) -> AgentCacheControlO
         payload = json.loads(req.payload)
         if req.op == "end":
             return _reply(req, True, {"ended": cache.end_workflow(_key(payload), float(payload["ts"]))})
-        if req.op == "tool_events":
+        if req.op == "tool_events":  # every client event (tool calls, plans, decisions): server_ext/client_events.py
             tenant, events = str(payload.get("tenant", "")), payload["events"]
-            return _reply(req, True, {"applied": cache.tool_events(tenant, float(payload["ts"]), events)})
+            return _reply(req, True, {"applied": cache.client_events(tenant, float(payload["ts"]), events)})
         if req.op == "stats":
             tenant, operator = str(payload.get("tenant", "")), bool(payload.get("operator"))
             decided = payload.get("tool_events") or {}  # the HTTP process's counts of skipped and refused events

@@ -1,10 +1,10 @@
-"""The control routes under ``/agentcache/v1``: end a workflow, tool events, a workflow's view, statistics, health.
+"""The control routes under ``/agentcache/v1``: end a workflow, client events, a workflow's view, statistics, health.
 
 They sit behind SGLang's API-key middleware like every other route (a tenant's key reaches them for its own
 workflows: server_ext/tenancy.py), and reach the schedulers through the control channel
 (server_ext/control.py). The read-only ones (a view, the statistics) are rate-limited per principal, and the
-statistics list a page of workflows; tool events have a rate of their own, per event
-(server_ext/control_limits.py), and a small body (server_ext/tool_events.py).
+statistics list a page of workflows; client events (tool calls, plans, the framework's decisions) have a rate of
+their own, per event (server_ext/control_limits.py), and a small body (server_ext/client_events.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from agentcache.server_ext.control import ControlError, control, expiry_ticker, 
 from agentcache.server_ext.control_limits import DEFAULT_EVENT_RATE, EVENT_RATE_ENV, Page, RateLimiter
 from agentcache.server_ext.http_limits import BodyTooLarge, read_capped
 from agentcache.server_ext.tenancy import is_operator, tenant_of_request
-from agentcache.server_ext.tool_events import MAX_BODY_BYTES, MAX_EVENTS, BatchError, EventCounts, parse_batch
+from agentcache.server_ext.client_events import MAX_BODY_BYTES, MAX_EVENTS, BatchError, EventCounts, parse_batch
 from agentcache.tags import VERSION, TagError, parse, principal_of
 
 
@@ -64,7 +64,7 @@ def add_routes(app: Any) -> None:
         ranks = answer.get("ranks", [answer])
         return {"workflow": workflow_id, "ended": any(r["ended"] for r in ranks)}
 
-    async def tool_events(request: Request) -> Any:
+    async def client_events(request: Request) -> Any:
         arrived = server_clock()  # the events' time: they happened just now, in the order sent
         tenant = tenant_of_request(request)
         try:
@@ -77,7 +77,7 @@ def add_routes(app: Any) -> None:
             return ORJSONResponse({"error": str(exc)}, status_code=400)
         accepted = len(batch.events)
         if accepted:
-            refusal = _too_many(event_limiter, tenant, "tool events", accepted)
+            refusal = _too_many(event_limiter, tenant, "events", accepted)
             if refusal is not None:
                 event_counts.count(tenant, "refused", accepted + batch.skipped)
                 return refusal
@@ -115,7 +115,7 @@ def add_routes(app: Any) -> None:
 
     # `path`: the server decodes the path before routing, so a workflow id with a "/" (sent as %2F) spans segments.
     app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}/end", end_workflow, methods=["POST"])
-    app.add_api_route("/agentcache/v1/events", tool_events, methods=["POST"])
+    app.add_api_route("/agentcache/v1/events", client_events, methods=["POST"])
     app.add_api_route("/agentcache/v1/workflows/{workflow_id:path}", workflow, methods=["GET"])
     app.add_api_route("/agentcache/v1/stats", stats, methods=["GET"])
     app.add_api_route("/agentcache/v1/health", health, methods=["GET"])

@@ -104,7 +104,7 @@ def workflow_view(cache: Any, key: WorkflowKey) -> dict[str, Any]:
 
 def stats(cache: Any, tenant: str, operator: bool, page: Page, decided: dict[str, int]) -> dict[str, Any]:
     """Server-wide statistics for the operator; for a tenant, its own counts and workflows only. `decided`: the
-    HTTP process's counts of tool events it skipped and refused (its decisions: server_ext/tool_events.py)."""
+    HTTP process's counts of client events it skipped and refused (its decisions: server_ext/client_events.py)."""
     if not operator:
         return tenant_stats(cache, tenant, page, decided)
     registry, c, component = cache.policy.registry, cache.counters, cache.component
@@ -156,8 +156,8 @@ def tenant_stats(cache: Any, tenant: str, page: Page, decided: dict[str, int]) -
 
 
 def _traffic(c: Any, invalid_tags: dict[str, int], decided: dict[str, int]) -> dict[str, Any]:
-    """The request, token, end and tool event counts both scopes report, from counters `c` (the scheduler's) and
-    `decided` (the HTTP process's: tool events skipped and refused)."""
+    """The request, token, end and client event counts both scopes report, from counters `c` (the scheduler's) and
+    `decided` (the HTTP process's: events skipped and refused)."""
     return {
         "requests": c["requests"],
         "tagged_requests": c["tagged_requests"],
@@ -172,6 +172,9 @@ def _traffic(c: Any, invalid_tags: dict[str, int], decided: dict[str, int]) -> d
         "tool_events": {
             "tool_start": c["tool_start"],
             "tool_end": c["tool_end"],
+            "next": c["next"],
+            "agent_done": c["agent_done"],
+            "plan": c["plan"],
             "skipped": int(decided.get("skipped", 0)),
             "refused": int(decided.get("refused", 0)),
         },

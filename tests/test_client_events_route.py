@@ -1,6 +1,7 @@
-"""Tool events from a client (issue 52): ``POST /agentcache/v1/events`` read and checked in the HTTP process
-(server_ext/tool_events.py), heard by the policy in the scheduler (server_ext/cache.py), counted per tenant in
-the statistics; the route against the live server (the session fixture's keys file: tenant-a and tenant-b)."""
+"""Events from a client (issues 52 and 53: tool calls, the app's plan, next and agent_done):
+``POST /agentcache/v1/events`` read and checked in the HTTP process (server_ext/client_events.py), heard by the
+policy in the scheduler (server_ext/cache.py), counted per tenant in the statistics; the route against the live
+server (the session fixture's keys file: tenant-a and tenant-b)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 from conftest import API_KEY, TENANT_KEYS
 
 from agentcache.server_ext.control_limits import RateLimiter
-from agentcache.server_ext.tool_events import MAX_EVENTS, BatchError, EventCounts, parse_batch
+from agentcache.server_ext.client_events import MAX_EVENTS, BatchError, EventCounts, parse_batch
 from agentcache.tags import WorkflowKey, scoped_agent
+
+
+NONE = dict.fromkeys(("tool_start", "tool_end", "next", "agent_done", "plan", "skipped", "refused"), 0)
 
 
 def event(kind="tool_start", workflow="w", agent="coder", tool="pytest", **more):
@@ -28,7 +32,7 @@ def body(*events) -> bytes:
 
 def test_a_batch_keeps_its_known_events_in_order_and_skips_types_it_does_not_know():
     batch = parse_batch(body(event(), event("tool_plan", extra=[1]), event("tool_end", agent="研究")))
-    assert batch.events == [("tool_start", "w", "coder", "pytest"), ("tool_end", "w", "研究", "pytest")]
+    assert batch.events == [["tool_start", "w", "coder", "pytest"], ["tool_end", "w", "研究", "pytest"]]
     assert batch.skipped == 1
 
 
@@ -109,8 +113,8 @@ def test_the_scheduler_hands_the_policy_each_event_in_order_scoped_to_the_tenant
         ("start", WorkflowKey("", "w"), "coder", "pytest", 5.0),  # the operator's names unscoped; the clock never back
     ]
     ok, own = control(scheduler, "stats", {"tenant": "t/lab", "tool_events": {"skipped": 1, "refused": 4}})
-    assert ok and own["tool_events"] == {"tool_start": 1, "tool_end": 1, "skipped": 1, "refused": 4}
-    assert cache.stats()["tool_events"] == {"tool_start": 2, "tool_end": 1, "skipped": 0, "refused": 0}
+    assert ok and own["tool_events"] == {**NONE, "tool_start": 1, "tool_end": 1, "skipped": 1, "refused": 4}
+    assert cache.stats()["tool_events"] == {**NONE, "tool_start": 2, "tool_end": 1}
     assert cache.stats()["pauses"] == {"open": 0, "cut_off": 0} and "pauses" not in own
 
 
@@ -145,6 +149,102 @@ def test_a_policy_that_raises_on_a_tool_event_is_counted_and_the_rest_of_the_bat
     assert len([r for r in caplog.records if "failed in a tool start" in r.getMessage()]) == 1
 
 
+# ---------------------------------------------------------------- the plan, next and agent_done (issue 53)
+
+GRAPH = {"planner": ["coder"], "coder": ["tester"], "tester": ["coder"]}
+
+
+def plan_event(app="coding", **plan):
+    return {"type": "plan", "app": app, "plan": plan or {"graph": GRAPH, "max_turns": 12}}
+
+
+def test_plan_next_and_agent_done_are_read_with_the_traces_checks_in_order():
+    batch = parse_batch(
+        body(
+            plan_event(order=["a", "b"], extra_key="ignored"),
+            {"type": "next", "workflow": "w", "agents": ["coder", "tester"]},
+            event(),
+            {"type": "agent_done", "workflow": "w", "agent": "planner"},
+        )
+    )
+    assert batch.events == [
+        ["plan", "coding", {"order": ["a", "b"]}],
+        ["next", "w", ["coder", "tester"]],
+        ["tool_start", "w", "coder", "pytest"],
+        ["agent_done", "w", "planner"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"type": "next", "workflow": "w", "agents": []}, "events[1].agents: 'agents' must be a list of 1 to 16 ids"),
+        ({"type": "next", "workflow": "w", "agents": [f"a{i}" for i in range(17)]}, "events[1].agents: "),
+        ({"type": "next", "workflow": "w", "agents": "coder"}, "events[1].agents: "),
+        ({"type": "next", "workflow": "w", "agents": ["coder", "coder"]}, "events[1].agents: 'agents' names an agent"),
+        ({"type": "next", "agents": ["coder"]}, "events[1].workflow: 'workflow' must be a non-empty string"),
+        ({"type": "agent_done", "workflow": "w"}, "events[1].agent: 'agent' must be a non-empty string"),
+        ({"type": "agent_done", "workflow": "w", "agent": "a\nb"}, "events[1].agent: 'agent' contains non-printable"),
+        ({"type": "plan", "plan": {"order": ["a"]}}, "events[1].app: 'app' must be a non-empty string"),
+        ({"type": "plan", "app": "x", "plan": []}, "events[1].plan: 'plan' must be an object"),
+        (plan_event(graph={"a": "b"}), "events[1].plan.graph: "),
+        (plan_event(max_turns=0), "events[1].plan.max_turns: 'plan.max_turns' must be an integer >= 1"),
+        (plan_event(chain=[["phase"]]), "events[1].plan.chain: "),
+        (plan_event(order=["x" * 200 + str(i) for i in range(300)]), "events[1].plan"),
+    ],
+)
+def test_a_bad_plan_next_or_agent_done_refuses_the_batch_naming_the_field(bad, error):
+    with pytest.raises(BatchError) as refused:
+        parse_batch(body(event(), bad))
+    assert str(refused.value).startswith(error), str(refused.value)
+
+
+def test_the_scheduler_hands_plans_and_decisions_to_the_policy_scoped_by_the_tenants_principal():
+    """A tenant's app, plan agents and decisions reach the policy as its own identities: one tenant's plan never
+    names another's agents (the operator's, as a replay's, unscoped)."""
+    scheduler = scheduler_with_cache()
+    cache = scheduler.tree_cache
+    heard = []
+    cache.policy.on_plan = lambda *args: heard.append(("plan", *args))
+    cache.policy.on_next = lambda *args: heard.append(("next", *args))
+    cache.policy.on_agent_done = lambda *args: heard.append(("done", *args))
+    events = [
+        ["plan", "coding", {"graph": GRAPH, "order": ["planner", "coder"], "chain": [["build", ["coder"]]]}],
+        ["next", "w", ["coder", "tester"]],
+        ["agent_done", "w", "planner"],
+    ]
+    assert control(scheduler, "tool_events", {"tenant": "t/lab", "ts": 2.0, "events": events}) == (
+        True,
+        {"applied": 3},
+    )
+    assert control(scheduler, "tool_events", {"tenant": "", "ts": 3.0, "events": events[:1]})[0]
+    (_, app, plan, now), next_, done, (_, operator_app, operator_plan, _) = heard
+    t = lambda name: scoped_agent("t", name)  # noqa: E731
+    assert (app, now) == (t("coding"), 2.0)
+    assert plan.graph == {t("planner"): (t("coder"),), t("coder"): (t("tester"),), t("tester"): (t("coder"),)}
+    assert plan.order == (t("planner"), t("coder")) and plan.chain == (("build", (t("coder"),)),)
+    assert next_ == ("next", WorkflowKey("t/lab", "w"), (t("coder"), t("tester")), 2.0)
+    assert done == ("done", WorkflowKey("t/lab", "w"), t("planner"), 2.0)
+    assert operator_app == "coding" and operator_plan.graph == {a: tuple(s) for a, s in GRAPH.items()}
+    ok, own = control(scheduler, "stats", {"tenant": "t/lab"})
+    assert ok and own["tool_events"] == {**NONE, "next": 1, "agent_done": 1, "plan": 1}
+    assert cache.stats()["tool_events"] == {**NONE, "next": 1, "agent_done": 1, "plan": 2}
+
+
+def test_a_policy_that_raises_on_a_plan_is_counted_and_the_rest_of_the_batch_heard():
+    scheduler = scheduler_with_cache()
+    cache = scheduler.tree_cache
+
+    def broken(*args):  # noqa: ANN002, ANN202
+        raise RuntimeError("a bug in the policy")
+
+    cache.policy.on_plan = broken
+    events = [["plan", "coding", {"order": ["a"]}], ["agent_done", "w", "a"]]
+    assert control(scheduler, "tool_events", {"tenant": "", "ts": 1.0, "events": events}) == (True, {"applied": 2})
+    stats = cache.stats()
+    assert stats["policy_faults"] == {"a plan": 1} and stats["tool_events"]["agent_done"] == 1
+
+
 # ---------------------------------------------------------------- the live server
 
 A = {"Authorization": f"Bearer {TENANT_KEYS['tenant-a']}"}
@@ -169,7 +269,7 @@ def test_events_are_accepted_counted_per_tenant_and_an_invalid_batch_applies_not
     operator_before = tool_counts(server, OPERATOR)
     r = post(server, own, event(), event("tool_plan"), event("tool_end"))
     assert (r.status_code, r.json()) == (200, {"accepted": 2, "skipped": 1})
-    counts = {"tool_start": 1, "tool_end": 1, "skipped": 1, "refused": 0}
+    counts = {**NONE, "tool_start": 1, "tool_end": 1, "skipped": 1}
     assert tool_counts(server, own) == counts
 
     r = post(server, own, event(), event(), event("tool_end", tool=""))
@@ -223,8 +323,8 @@ def test_the_policy_hears_each_tenants_events_for_its_own_workflows_alone(server
     assert open_pauses(server) == before + 1, "A's events reach A's workflows alone"
     assert post(server, b, event("tool_end", workflow="shared-tools")).is_success
     assert open_pauses(server) == before
-    assert tool_counts(server, b) == {"tool_start": 1, "tool_end": 1, "skipped": 0, "refused": 0}
-    assert tool_counts(server, a) == {"tool_start": 1, "tool_end": 1, "skipped": 0, "refused": 0}
+    assert tool_counts(server, b) == {**NONE, "tool_start": 1, "tool_end": 1}
+    assert tool_counts(server, a) == {**NONE, "tool_start": 1, "tool_end": 1}
     assert "pauses" not in server.client.get("/agentcache/v1/stats", headers=a).json(), "the server's, not a tenant's"
 
 
@@ -243,7 +343,26 @@ def test_a_flood_of_events_gets_429_with_retry_after_and_the_server_serves_on(se
     statuses = {a.status_code for a in answers}
     assert statuses == {200, 429}, statuses
     refused = next(a for a in answers if a.status_code == 429)
-    assert int(refused.headers["Retry-After"]) >= 1 and "tool events" in refused.json()["error"]
+    assert int(refused.headers["Retry-After"]) >= 1 and "too many events" in refused.json()["error"]
     assert server.client.get("/agentcache/v1/health").status_code == 200
     counts = tool_counts(server, flood)
     assert counts["tool_end"] + counts["refused"] == 96 * MAX_EVENTS
+
+
+@pytest.mark.server
+def test_a_tenants_plan_and_decisions_are_accepted_and_counted_as_its_own(server):
+    """Plans, next and agent_done go the tool events' way: checked (400 naming the field, nothing applied), counted
+    per tenant, heard by the policy as the tenant's own identities (the scheduler test above)."""
+    a, b = {**A, "x-agentcache-tenant": "plans"}, {**B, "x-agentcache-tenant": "plans"}
+    generate(server, a, "planned", "planner")
+    decisions = [
+        plan_event(),
+        {"type": "next", "workflow": "planned", "agents": ["coder"]},
+        {"type": "agent_done", "workflow": "planned", "agent": "planner"},
+    ]
+    r = post(server, a, *decisions)
+    assert (r.status_code, r.json()) == (200, {"accepted": 3, "skipped": 0}), r.text
+    r = post(server, a, plan_event(max_turns=-1))
+    assert r.status_code == 400 and r.json()["error"].startswith("events[0].plan.max_turns: "), r.text
+    assert tool_counts(server, a) == {**NONE, "next": 1, "agent_done": 1, "plan": 1, "refused": 1}
+    assert tool_counts(server, b) == NONE
