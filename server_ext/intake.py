@@ -8,16 +8,18 @@ client sent:
   leading messages are the agent's fixed prompt (``fixed_messages``); this
   turns that into an exact token offset by rendering those messages (with the
   tools) through the same chat template and taking the longest common token
-  prefix with the real prompt. A chat request without tags gets implicit ones
-  (its leading system messages are its fixed prompt). The hook hands the
-  generate hook a ``Stamped`` object, which no client can send.
+  prefix with the real prompt. A chat request without tags gets them from the
+  session and agent forms other clients send (server_ext/client_forms.py),
+  else implicit ones (its leading system messages are its fixed prompt). The
+  hook hands the generate hook a ``Stamped`` object, which no client can send.
 - every generate request (:func:`around_generate`), before SGLang splits it:
   each prompt of a batch gets its own params and its own tags
-  (:func:`take_tags`: the one parser, agentcache.tags; the tenant; implicit
-  tags by its own head), an ``n`` group one call id; a ``fixed_chars`` text is
-  tokenized on a thread, never on the event loop. Bad tags become a refusal
-  naming the reason, so the prompt is served untagged and the scheduler
-  counts it.
+  (:func:`take_tags`: the one parser, agentcache.tags; the tenant; other
+  clients' forms, else implicit tags by its own head), an ``n`` group one call
+  id; a ``fixed_chars`` text is tokenized on a thread, never on the event loop.
+  Bad tags become a refusal naming the reason, so the prompt is served untagged
+  and the scheduler counts it. Once it is answered, what its forms ask for (an
+  end, a tool pause, an agent done) goes to the schedulers.
 - each prompt once SGLang has tokenized it (:func:`before_tokenized_object`):
   the boundary checked against, and ``fixed_chars`` resolved with, the ids
   SGLang itself tokenized it to, and the stamp made flat with the server's
@@ -38,6 +40,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from agentcache.server_ext.client_forms import follow_ups, hinted, hints_of, send, send_later
 from agentcache.server_ext.control import expiry_ticker, server_clock
 from agentcache.server_ext.guards import check_request
 from agentcache.server_ext.tenancy import salt_per_tenant, salt_prefix_cache, tenant_of_request
@@ -206,7 +209,8 @@ def after_chat_conversion(result: Any, serving_chat: Any, request: Any, raw_requ
         if not isinstance(params.get("custom_params"), dict | None):
             return None  # served as it is, untagged: nowhere to put tags
         agent, n = agent_of([m.model_dump() for m in request.messages], request.model_dump().get("tools"))
-        _put(params, _implicit(tenant, agent, _fixed_tokens(serving_chat, request, adapted.input_ids, n)))
+        fixed = _fixed_tokens(serving_chat, request, adapted.input_ids, n)
+        _put(params, hinted(tenant, hints_of(raw_request), agent, fixed) or _implicit(tenant, agent, fixed))
         return None
     n = obj.get("fixed_messages") if isinstance(obj, dict) else None
     fixed = _fixed_tokens(serving_chat, request, adapted.input_ids, n)  # replaces any fixed_tokens sent with it
@@ -237,11 +241,12 @@ def take_tags(params: dict, raw_request: Any, text: Any, input_ids: Any) -> Pend
             stamped = Stamped(tenant, parse(obj)) if obj is not None else None
         except TagError as exc:
             stamped = _refused(tenant, exc)
-        if stamped is None:  # without tags: the agent by the head of its prompt, no fixed boundary
+        if stamped is None:  # without tags: other clients' forms, the agent by the head of its prompt, no boundary
             if custom is not None and not isinstance(custom, dict):
                 return None  # served as it is, untagged: nowhere to put tags
             head = text[:FIRST_CHARS] if isinstance(text, str) else json.dumps(input_ids[:64] if input_ids else [])
-            stamped = _implicit(tenant, agent_of([{"role": "user", "content": head}])[0])
+            agent = agent_of([{"role": "user", "content": head}])[0]
+            stamped = hinted(tenant, hints_of(raw_request), agent, None) or _implicit(tenant, agent)
     members = _members(params)
     if members > 1:
         stamped = stamped._replace(call=uuid.uuid4().hex, members=members)
@@ -309,7 +314,7 @@ def around_generate(original: Any, tokenizer_manager: Any, obj: Any, *args: Any,
     request = args[0] if args else kwargs.get("request")
     if salt_per_tenant():
         salt_prefix_cache(obj, request)
-    taken = []
+    taken, stamps = [], []
     for params, text, input_ids in _prompts(obj):
         if isinstance(params, dict):
             try:
@@ -317,12 +322,17 @@ def around_generate(original: Any, tokenizer_manager: Any, obj: Any, *args: Any,
             except Exception:  # never let tag handling take a request down
                 _unstamped(params)
                 continue
-            if pending is not None and pending.fixed_text is not None:
-                taken.append((params, pending))
-    return _generate(original, tokenizer_manager, obj, args, kwargs, taken)
+            if pending is not None:
+                stamps.append(pending.stamped)
+                if pending.fixed_text is not None:
+                    taken.append((params, pending))
+    after = follow_ups(hints_of(request), stamps)  # what the client's forms ask for once it is answered
+    return _generate(original, tokenizer_manager, obj, args, kwargs, taken, after)
 
 
-async def _generate(original: Any, tokenizer_manager: Any, obj: Any, args: Any, kwargs: Any, taken: list) -> Any:
+async def _generate(
+    original: Any, tokenizer_manager: Any, obj: Any, args: Any, kwargs: Any, taken: list, after: list
+) -> Any:
     tokenizer = getattr(tokenizer_manager, "tokenizer", None)
     for params, pending in taken:
         try:
@@ -332,9 +342,15 @@ async def _generate(original: Any, tokenizer_manager: Any, obj: Any, args: Any, 
     inner = original(tokenizer_manager, obj, *args, **kwargs)
     try:
         async for out in inner:
+            if after and not getattr(obj, "stream", False):
+                # Unstreamed, its one output is the whole answer, and SGLang takes it without closing this.
+                await send(after)
+                after = []
             yield out
     finally:
         await inner.aclose()
+        if after:  # streamed (or failed): once the stream is done
+            send_later(after)
 
 
 def before_tokenized_object(

@@ -2,7 +2,8 @@
 
 SGLang calls ``register()`` once in every process it starts. In the launcher
 (which also serves HTTP) it adds the ``--agentcache-*`` flags, the tag intake
-and request guard hooks (intake.py, guards.py), the limits on bodies and
+and request guard hooks (intake.py, guards.py; other clients' forms and SGLang's
+``/close_session``: client_forms.py), the limits on bodies and
 connections (http_limits.py) and the control routes (routes.py); in the scheduler processes it registers the ``agentcache``
 radix-cache backend (cache.py) and the handlers that feed it (control.py). SGLang
 swallows exceptions raised here, so failures are logged loudly instead.
@@ -150,7 +151,7 @@ def _freeze_gc_once_listening(original, server_args, *args, **kwargs):  # noqa: 
 def _register_launcher() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from agentcache.server_ext import guards, http_limits, intake, tenancy
+    from agentcache.server_ext import client_forms, guards, http_limits, intake, tenancy
 
     HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", _add_cli_args, HookType.AFTER)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", _capture_cli_args, HookType.BEFORE)
@@ -182,6 +183,11 @@ def _register_launcher() -> None:
         "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
         guards.before_validate,
         HookType.BEFORE,
+    )
+    HookRegistry.register(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager.close_session",
+        client_forms.around_close_session,
+        HookType.AROUND,
     )
 
 
