@@ -1,0 +1,89 @@
+"""The integrations read each framework's plan and decisions and send them (against the small local server of the
+SDK's tests): a LangGraph graph with a conditional edge and a tool node, an AutoGen RoundRobinGroupChat with a
+turn limit and a SelectorGroupChat, a sequential CrewAI crew. Each app runs in a process of its own (each
+framework hooked as an app loads it). The live server: tests/test_plan_events_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_sdk_tool_events import fake  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.frameworks
+
+
+def run(app: str, fake) -> tuple[str, list[dict], list[dict]]:  # noqa: ANN001
+    """(the app's workflow, its plan events, its decisions) as the server received them."""
+    done = subprocess.run([sys.executable, "-c", app, fake.url], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    workflow = json.loads(done.stdout.strip().splitlines()[-1])["workflow"]
+    events = [e for e in fake.events() if e["type"] in ("plan", "next", "agent_done")]
+    return workflow, [e for e in events if e["type"] == "plan"], [e for e in events if e["type"] != "plan"]
+
+
+def speakers(fake) -> list[str]:  # noqa: ANN001
+    bodies = [body for path, body, _ in fake.received if path.endswith("/chat/completions")]
+    return [body["custom_params"]["agentcache"].get("agent_name") for body in bodies]
+
+
+AUTOGEN_TEAMS = """
+import asyncio, json, sys
+import agentcache_sdk as ac
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat
+from autogen_core.models import ModelFamily, ModelInfo
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+from agentcache.integrations.autogen import workflow
+
+ac.configure(base_url=sys.argv[1])
+info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
+                 structured_output=False)
+client = OpenAIChatCompletionClient(model="m", base_url=sys.argv[1] + "/v1", api_key="x", model_info=info)
+agents = lambda: [AssistantAgent(n, model_client=client, system_message=f"You are the {n}.") for n in TEAM]
+TEAM = ["planner", "coder", "critic"]
+
+
+@workflow(app=sys.argv[2])
+async def solve():
+    if sys.argv[2] == "round-robin":
+        team = RoundRobinGroupChat(agents(), max_turns=5)
+    else:  # the fake model answers "done": the selector's answer names no one, so it keeps to its fallback
+        team = SelectorGroupChat(agents(), model_client=client, termination_condition=MaxMessageTermination(4))
+    await team.run(task="fix it")
+    return ac.current_workflow().id
+
+
+print(json.dumps({"workflow": asyncio.run(solve())}))
+"""
+
+
+def test_a_round_robin_sends_its_order_and_turn_limit_each_speaker_as_chosen_and_agents_without_turns(fake):
+    workflow, plans, decisions = run(AUTOGEN_TEAMS.replace("sys.argv[2]", '"round-robin"'), fake)
+    assert plans == [{"type": "plan", "app": "round-robin", "plan": {"order": ["planner", "coder", "critic"],
+                                                                      "max_turns": 5}}]  # fmt: skip
+    assert speakers(fake) == ["planner", "coder", "critic", "planner", "coder"]
+    # The first choice comes before any request (the server does not know the workflow yet): the plan's order
+    # says it. Each later one is sent as chosen; once turns 4 and 5 are chosen, the critic and then the planner
+    # have no turn left.
+    assert decisions == [
+        {"type": "next", "workflow": workflow, "agents": ["coder"]},
+        {"type": "next", "workflow": workflow, "agents": ["critic"]},
+        {"type": "next", "workflow": workflow, "agents": ["planner"]},
+        {"type": "agent_done", "workflow": workflow, "agent": "critic"},
+        {"type": "next", "workflow": workflow, "agents": ["coder"]},
+        {"type": "agent_done", "workflow": workflow, "agent": "planner"},
+    ]
+
+
+def test_a_selector_chat_sends_its_graph_and_each_choice_once_the_selector_answered(fake):
+    workflow, plans, decisions = run(AUTOGEN_TEAMS.replace("sys.argv[2]", '"selector"'), fake)
+    manager = "SelectorGroupChatManager"
+    graph = {manager: ["planner", "coder", "critic"], "planner": [manager], "coder": [manager], "critic": [manager]}
+    assert plans == [{"type": "plan", "app": "selector", "plan": {"graph": graph, "max_turns": 3}}]
+    chosen = [s for s in speakers(fake) if s != manager]
+    assert [d["agents"] for d in decisions] == [[s] for s in chosen]
+    assert {d["workflow"] for d in decisions} == {workflow}
