@@ -194,7 +194,7 @@ def nvext_agent_context(headers: Mapping[str, str], body: Mapping[str, Any]) -> 
     session = _id(form, "session_id", context.get("session_id"))
     if session is not None:
         found = _session(form, session, _id(form, "parent_session_id", context.get("parent_session_id")))
-        return _with(found, final=final)
+        return replace(found, final=final)
     # Older Dynamo: a workflow instance of a workflow type, each agent's chain of calls a program.
     workflow = _id(form, "workflow_id", context.get("workflow_id"))
     program = _id(form, "program_id", context.get("program_id"))
@@ -303,10 +303,6 @@ HINT_HEADERS = frozenset(
 HINT_BODY_FIELDS = frozenset({"agent_hints", "session_id", "nvext", "prompt_cache_key"})
 
 
-def _with(hints: ClientHints, **changes: Any) -> ClientHints:
-    return replace(hints, **changes)
-
-
 def _lower(headers: Any) -> dict[str, str]:
     """Headers by lower-case name, from any mapping of them (Starlette's Headers, a plain dict)."""
     if headers is None:
@@ -347,12 +343,12 @@ def read_client_hints(headers: Any, body: Any) -> ClientHints | None:
     merged = named or ClientHints()
     for extra in hint_only:
         merged = _merge(merged, extra)
-    return _with(merged, refused=tuple(dict.fromkeys(refused)))
+    return replace(merged, refused=tuple(dict.fromkeys(refused)))
 
 
 def _merge(named: ClientHints, extra: ClientHints) -> ClientHints:
     """`named` with what `extra` (a hint-only form) adds where `named` says nothing."""
-    return _with(
+    return replace(
         named,
         agent=named.agent or extra.agent,
         final=named.final or extra.final,
