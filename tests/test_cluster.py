@@ -817,3 +817,58 @@ def test_decode_that_runs_out_of_slots_retracts_the_request_that_wrote_least_and
     assert c.finished > max(a.finished, b.finished)
     assert result.summary()["retracted_requests"] == 1
     assert worker.cache.room() == 2000, "every slot is free or evictable again: none leaked, none held"
+
+
+@pytest.mark.server
+def test_sessions_in_other_clients_forms_follow_their_routing_as_our_workflows_do(cluster):
+    """Behind the front, a session a client names in another stack's form (plain httpx, no SDK) is routed by its
+    id, as a workflow is under routing="workflow-affinity": each session's requests on one worker, with the agent
+    its form names there; its /close_session or final marker ends it there, a lease-only form leaves it active. Our
+    tags, sent without a routing key, go the same way through the same front."""
+    import time
+    import uuid
+
+    auth = {"Authorization": "Bearer sk-cluster-test"}
+
+    def ours(s: str, final: bool) -> tuple[dict, dict]:
+        tags = {"v": 1, "workflow": s, "agent": "a:1", "agent_name": "coder"}
+        return {"x-request-id-agentcache": json.dumps(tags)}, {}
+
+    def dynamo(s: str, final: bool) -> tuple[dict, dict]:
+        return {"X-Dynamo-Session-ID": s, **({"X-Dynamo-Session-Final": "true"} if final else {})}, {}
+
+    # form -> (headers and body fields of session s, its last request or not; the agent it names; ended by)
+    forms = {
+        "ours": (ours, "coder", None),
+        "sglang-session": (lambda s, _: ({}, {"session_id": s, "agent_hints": {"agent_id": "planner"}}), "planner", "close"),
+        "dynamo": (dynamo, None, "final"),
+        "dynamo-nvext": (lambda s, f: ({}, {"nvext": {"agent_context": {"session_id": s, "session_final": f}}}), None, "final"),
+        "claude-code": (lambda s, _: ({"x-claude-code-session-id": s, "x-claude-code-agent-id": "explore"}, {}), "explore", None),
+        "opencode": (lambda s, _: ({"x-session-id": s}, {}), None, None),
+    }  # fmt: skip
+    steps, run = 3, uuid.uuid4().hex[:6]
+    sessions = {form: [f"{form}-{run}-{i}" for i in range(3)] for form in forms}
+    with httpx.Client(base_url=cluster.base_url, headers=auth, timeout=120) as client:
+        for step in range(steps):
+            for form, (shape, _, _) in forms.items():
+                for session in sessions[form]:
+                    headers, fields = shape(session, step == steps - 1)
+                    messages = [
+                        {"role": "system", "content": f"You are the {form} agent. " * 6},
+                        {"role": "user", "content": f"{session}: step {step}"},
+                    ]
+                    body = {"model": "default", "messages": messages, "max_tokens": 2, "temperature": 0, **fields}
+                    r = client.post("/v1/chat/completions", json=body, headers=headers)
+                    assert r.status_code == 200, f"{form}: {r.text[:300]}"
+        for session in sessions["sglang-session"]:
+            assert client.post("/close_session", json={"session_id": session}).status_code == 200
+    time.sleep(1.0)  # an end sent once its request was answered reaches the schedulers a moment later
+    for form, (_, agent, ended_by) in forms.items():
+        for session in sessions[form]:
+            seen = _worker_json(cluster, f"/agentcache/v1/workflows/{session}", auth)
+            assert sorted(v["requests"] for v in seen) == [0, steps], f"{form} {session}: one worker took all: {seen}"
+            (home,) = [v for v in seen if v["requests"]]
+            assert sum(home["agents"].values()) == steps, f"{form}: {home}"
+            if agent is not None:
+                assert list(home["agents"]) == [agent], f"{form}: the form's agent reached the worker: {home}"
+            assert home["ended"] is (ended_by is not None), f"{form} {session}: {home}"
