@@ -46,8 +46,12 @@ def hints_of(request: Any) -> ClientHints | None:
     if HINTS_SCOPE_KEY not in scope:
         # Starlette keeps the JSON body FastAPI parsed (`Request.json` caches it): the fields SGLang's models drop.
         # Behind `agentcache serve --workers N` they come packed in one header the router forwards.
-        headers, body = with_forwarded(request.headers, getattr(request, "_json", None))
-        scope[HINTS_SCOPE_KEY] = read_client_hints(headers, body)
+        try:
+            headers, body = with_forwarded(request.headers, getattr(request, "_json", None))
+            scope[HINTS_SCOPE_KEY] = read_client_hints(headers, body)
+        except Exception:  # never an error for the app: served as if it sent no forms
+            logger.exception("agentcache: reading a client's session hints failed; the request goes on without")
+            scope[HINTS_SCOPE_KEY] = None
     return scope[HINTS_SCOPE_KEY]
 
 
