@@ -87,3 +87,49 @@ def test_a_selector_chat_sends_its_graph_and_each_choice_once_the_selector_answe
     chosen = [s for s in speakers(fake) if s != manager]
     assert [d["agents"] for d in decisions] == [[s] for s in chosen]
     assert {d["workflow"] for d in decisions} == {workflow}
+
+
+CREWAI_CREW = """
+import json, os, sys, tempfile
+home = tempfile.mkdtemp(prefix="agentcache-crewai-")
+os.environ.update(CREWAI_DISABLE_TELEMETRY="true", CREWAI_DISABLE_TRACKING="true", OTEL_SDK_DISABLED="true",
+                  CREWAI_DISABLE_VERSION_CHECK="true", CREWAI_TRACING_ENABLED="false", HOME=home,
+                  CREWAI_STORAGE_DIR=os.path.join(home, "storage"))
+import agentcache_sdk as ac
+from crewai import LLM, Agent, Crew, Process, Task
+from agentcache.integrations.crewai import workflow
+
+ac.configure(base_url=sys.argv[1])
+llm = LLM(model="openai/m", base_url=sys.argv[1] + "/v1", api_key="x", max_tokens=8)
+agent = lambda role: Agent(role=role, goal=f"{role}'s goal", backstory="b", llm=llm, max_iter=1, max_retry_limit=0,
+                           allow_delegation=False)
+researcher, writer, editor = agent("researcher"), agent("writer"), agent("editor")
+tasks = [Task(description=f"{a.role}'s task", expected_output="Plain text.", agent=a)
+         for a in (researcher, writer, editor)]
+crew = Crew(agents=[researcher, writer, editor], tasks=tasks, process=Process.sequential, verbose=False)
+
+
+@workflow(app="crew")
+def solve():
+    crew.kickoff()
+    ac.flush(5)
+    return ac.current_workflow().id
+
+
+print(json.dumps({"workflow": solve()}))
+"""
+
+
+def test_a_sequential_crew_sends_its_task_chain_up_front_and_each_task_done_with_the_next_agent(fake):
+    workflow, plans, decisions = run(CREWAI_CREW, fake)
+    roles = ["researcher", "writer", "editor"]
+    chain = [["task 1", ["researcher"]], ["task 2", ["writer"]], ["task 3", ["editor"]]]
+    assert plans == [{"type": "plan", "app": "crew", "plan": {"chain": chain, "order": roles}}]
+    assert speakers(fake) == roles
+    assert decisions == [
+        {"type": "next", "workflow": workflow, "agents": ["writer"]},
+        {"type": "agent_done", "workflow": workflow, "agent": "researcher"},
+        {"type": "next", "workflow": workflow, "agents": ["editor"]},
+        {"type": "agent_done", "workflow": workflow, "agent": "writer"},
+        {"type": "agent_done", "workflow": workflow, "agent": "editor"},
+    ]
