@@ -9,7 +9,10 @@ tools and durations; seed 11, never used while building the policy), each at 4x,
 `agentcache gen`, then `agentcache replay --json` with lru, lfu, session-lru, session-lfu, pbkv without tool
 events (`pbkv/-tools`), pbkv and the offline reference, and again pbkv with the trace's tool events left out
 (`--ignore-events tool`). The verdict per point: pbkv at or above each of the others, above them where the cache
-is contended (lru and the offline reference 2 points apart or more).
+is contended (lru and the offline reference 2 points apart or more). With a host tier (HiCache, twice the device
+capacity): lru, pbkv, and pbkv's conservative prefetch with and without tool events (`pbkv+prefetch`,
+`pbkv/-tools+prefetch`), the tokens a prefetch loaded and how many a request then read, and the cost model's GPU
+time.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ CAPACITY_FACTORS = (4, 8, 16)  # x the trace's mean prompt, as the suite's
 OURS, WITHOUT, IGNORED, REFERENCE = "pbkv", "pbkv/-tools", "pbkv, events ignored", "belady"
 OTHERS = ("lru", "lfu", "session-lru", "session-lfu")
 POLICIES = ",".join((*OTHERS, WITHOUT, OURS, REFERENCE))
+HOST_POLICIES = ("lru", OURS, "pbkv/-tools+prefetch", "pbkv+prefetch")
+HOST_FACTOR = 2  # host tier: this many times the device capacity
 CONTENDED = 0.02  # lru and the offline reference this far apart: the cache is contended
 AGENTCACHE = str(ROOT / ".venv/bin/agentcache")
 
@@ -52,7 +57,7 @@ def measure() -> dict:
     from agentcache.trace import read_trace
 
     variants = []
-    with progress("tool pauses: replays", 2 * len(VARIANTS)) as bar, tempfile.TemporaryDirectory() as folder:
+    with progress("tool pauses: replays", (2 + len(CAPACITY_FACTORS)) * len(VARIANTS)) as bar, tempfile.TemporaryDirectory() as folder:
         for name, seed, held_out in VARIANTS:
             path = os.path.join(folder, f"tool-use-{name}.jsonl")
             gen = [AGENTCACHE, "gen", FAMILY, "-o", path, "--workflows", str(WORKFLOWS), "--seed", str(seed)]
@@ -70,6 +75,14 @@ def measure() -> dict:
             ignored += ["--ignore-events", "tool", "--json"]
             runs += [{**run, "policy": IGNORED} for run in run_json(ignored)]
             bar.advance()
+            host, host_commands = [], []
+            for capacity in capacities.split(","):
+                bar.describe(f"tool pauses: {name}, host tier at {int(capacity):,}")
+                tiered = [AGENTCACHE, "replay", path, "--capacity", capacity, "--policy", ",".join(HOST_POLICIES)]
+                tiered += ["--host-capacity", str(HOST_FACTOR * int(capacity)), "--json"]
+                host += [host_row(run) for run in run_json(tiered)]
+                host_commands.append(shown(tiered, path))
+                bar.advance()
             points = []
             for capacity in dict.fromkeys(run["capacity"] for run in runs):
                 hit = {run["policy"]: run["hit_rate"] for run in runs if run["capacity"] == capacity}
@@ -82,9 +95,16 @@ def measure() -> dict:
                     "mean_prompt": round(mean_prompt),
                     "commands": [shown(gen, path), shown(replay, path), shown(ignored, path)],
                     "points": points,
+                    "host_commands": host_commands,
+                    "host": host,
                 }
             )
     return {"variants": variants}
+
+
+def host_row(run: dict) -> dict:
+    keys = ("policy", "capacity", "hit_rate", "host_hit_tokens", "prompt_tokens", "prefetched_tokens")
+    return {k: run[k] for k in keys} | {"prefetch_used": run["prefetch_used_tokens"], "gpu_s": run["modelled_latency_s"]}
 
 
 def verdict(hit: dict[str, float]) -> tuple[bool, bool, bool]:
@@ -125,6 +145,23 @@ def markdown(saved: dict) -> str:
             lines.append(
                 f"| {point['capacity']:,} | {cells} | {yes[not contended]} | {yes[not at_or_above]} "
                 f"| {yes[not above]} |"
+            )
+        lines += [
+            "",
+            f"With a host tier of {HOST_FACTOR}x the device capacity: device hit rate, host hit rate (reloaded at",
+            "request time), tokens a prefetch loaded / of them read by a request, and the cost model's GPU time",
+            "(s, lower is better). Made by:",
+            "",
+            *(f"    {command}" for command in variant["host_commands"]),
+            "",
+            "| capacity | policy | device hits | host hits | prefetched / read | GPU time (s) |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for run in variant["host"]:
+            lines.append(
+                f"| {run['capacity']:,} | {run['policy']} | {run['hit_rate']:.1%} "
+                f"| {run['host_hit_tokens'] / run['prompt_tokens']:.1%} "
+                f"| {run['prefetched_tokens']:,} / {run['prefetch_used']:,} | {run['gpu_s']:.2f} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -264,11 +264,17 @@ class PBKVPolicy(CachePolicy):
 
     def prefetch_candidates(self) -> list[Candidate]:
         """Each active workflow's history for its likely next agent, and those agents' fixed prompts,
-        valued by the probability of being read at the very next step (PBKV's one-step reuse value)."""
+        valued by the probability of being read at the very next step (PBKV's one-step reuse value). A workflow
+        whose agent waits on a tool calls that agent next, for certain, when the tool returns: its path is
+        worth how soon that is (Timing.pause_weight), so a long pause's path, gone to the host tier, comes
+        back as the tool's predicted end nears, not while it is far."""
         out = []
         next_callers: dict[str, float] = {}
         for workflow, row in self.forecasts.next.items():
             latest = self.latest.get(workflow, NO_LATEST)
+            soon = self.timing.pause_weight(workflow)
+            if soon >= 0.0:
+                row = dict.fromkeys(self.pauses.waiting(workflow), soon)
             for agent, p in row.items():
                 next_callers[agent] = next_callers.get(agent, 0.0) + p
                 if agent in latest:

@@ -102,6 +102,18 @@ class Timing:
         idle = self.now - state.last_seen - self.decode.per_token * tokens  # < 0: still generating
         return self.gamma ** (gaps.residual(idle) / step_gap)
 
+    def pause_weight(self, workflow: WorkflowKey) -> float:
+        """gamma^(due / g) for a workflow whose next caller waits on a tool (or is back from one): how soon the
+        tool's learned duration says that call comes; -1.0 where no agent of it waits (or pauses go unheard)."""
+        pauses = self.pauses
+        if pauses is None or not (workflow in pauses.open or workflow in pauses.returned):
+            return -1.0
+        due = pauses.due(workflow, self.now)
+        if due < 0.0:
+            return -1.0
+        step_gap = self.gaps.mean
+        return self.gamma ** (due / step_gap) if self.timed and step_gap > 0.0 else 1.0
+
     def _gaps_after(self, state: WorkflowState) -> GapModel:
         """What follows an agent's call (a tool run, or none) shapes the wait: that agent's gaps where there
         are enough of them, else every workflow's."""
