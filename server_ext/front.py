@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, TCPConnector, web
 
 from agentcache import client_hints
 from agentcache.forwarded_hints import HEADER as FORWARDED_HEADER
@@ -102,6 +102,12 @@ class Front:
     async def forward(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         headers = upstream_headers(request.headers, raw)
+        try:
+            return await self._relay(request, headers, raw)
+        except ClientConnectionError as exc:  # the router is down or went away before answering
+            return web.json_response({"error": f"sglang-router did not answer: {exc}"}, status=502)
+
+    async def _relay(self, request: web.Request, headers: dict[str, str], raw: bytes) -> web.StreamResponse:
         assert self.session is not None
         async with self.session.request(
             request.method, f"{self.router_url}{request.rel_url}", headers=headers, data=raw or None

@@ -208,3 +208,27 @@ def test_the_front_carries_every_header_and_body_field_the_hints_reader_reads():
             pass  # a body field answered with an id where an object belongs: its name was asked all the same
         assert headers.asked <= client_hints.HINT_HEADERS, parse.__name__
         assert body.asked <= client_hints.HINT_BODY_FIELDS, parse.__name__
+
+
+def test_a_front_whose_router_is_gone_answers_502_not_a_traceback():
+    from agentcache.server_ext.front import front_command
+    from agentcache.server_ext.launcher import free_port
+
+    port = free_port()
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    front = subprocess.Popen(front_command(gone, [gone], host="127.0.0.1", port=port))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.post(f"http://127.0.0.1:{port}/generate", json={"text": "hi", "session_id": "s"}, timeout=5)
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the front did not start"
+                time.sleep(0.2)
+        assert r.status_code == 502 and "sglang-router did not answer" in r.json()["error"]
+        r = httpx.post(f"http://127.0.0.1:{port}/close_session", json={"session_id": "s"}, timeout=5)
+        assert r.status_code == 502 and "no worker answered" in r.json()["error"]
+    finally:
+        front.terminate()
+        front.wait(10)

@@ -56,8 +56,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=1,
-        help="N workers behind sglang-router on --port (manual policy, one routing slot per worker); agentcache_sdk "
-        "routes each request workflow-aware by default (AGENTCACHE_ROUTING=workflow-affinity: each workflow on one)",
+        help="N workers behind sglang-router (manual policy, one routing slot per worker) and our front on --port; "
+        "agentcache_sdk routes each request workflow-aware by default (AGENTCACHE_ROUTING=workflow-affinity: each "
+        "workflow on one); other clients' sessions (session_id, X-Dynamo-Session-ID, X-Session-ID, ...) each on one",
     )
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then extra SGLang flags")
     p.set_defaults(run=run)
