@@ -133,3 +133,82 @@ def test_a_sequential_crew_sends_its_task_chain_up_front_and_each_task_done_with
         {"type": "agent_done", "workflow": workflow, "agent": "writer"},
         {"type": "agent_done", "workflow": workflow, "agent": "editor"},
     ]
+
+
+LANGGRAPH_GRAPH = """
+import asyncio, json, sys
+from typing import Literal, TypedDict
+import agentcache_sdk as ac
+from langchain_core.messages import AIMessage, SystemMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
+from agentcache.integrations.langgraph import workflow
+
+ac.configure(base_url=sys.argv[1])
+llm = ChatOpenAI(base_url=sys.argv[1] + "/v1", api_key="x", model="m")
+
+
+@tool
+def run_tests() -> str:
+    '''Run the tests.'''
+    return "1 failed"
+
+
+class State(TypedDict, total=False):
+    messages: list
+    attempts: int
+
+
+def node(name):
+    async def run(state):
+        await llm.ainvoke([SystemMessage(f"You are the {name}.")])
+        if name != "tester":
+            return {}
+        if not state.get("messages"):  # asks for its tool (scripted: the fake model asks for none)
+            call = {"name": "run_tests", "args": {}, "id": f"call-{state.get('attempts', 0)}"}
+            return {"messages": [AIMessage("", tool_calls=[call])]}
+        return {"messages": [], "attempts": state.get("attempts", 0) + 1}
+    return run
+
+
+def after_tester(state) -> Literal["tools", "analyzer", "__end__"]:
+    if state.get("messages"):
+        return "tools"
+    return END if state["attempts"] >= 2 else "analyzer"
+
+
+graph = StateGraph(State)
+for name in ("planner", "coder", "tester", "analyzer"):
+    graph.add_node(name, node(name))
+graph.add_node("tools", ToolNode([run_tests]))
+graph.add_edge(START, "planner")
+graph.add_edge("planner", "coder")
+graph.add_edge("coder", "tester")
+graph.add_conditional_edges("tester", after_tester)
+graph.add_edge("tools", "tester")
+graph.add_edge("analyzer", "coder")
+app = graph.compile()
+
+
+@workflow(app="graph")
+async def solve():
+    await app.ainvoke({"messages": []}, {"recursion_limit": 40})
+    return ac.current_workflow().id
+
+
+print(json.dumps({"workflow": asyncio.run(solve())}))
+"""
+
+
+def test_a_graph_sends_its_nodes_and_edges_past_its_tool_node_and_each_routers_answer_as_it_returns(fake):
+    workflow, plans, decisions = run(LANGGRAPH_GRAPH, fake)
+    graph = {"planner": ["coder"], "coder": ["tester"], "tester": ["analyzer", "tester"], "analyzer": ["coder"]}
+    assert plans == [{"type": "plan", "app": "graph", "plan": {"graph": graph, "max_turns": 40}}]
+    calls = speakers(fake)
+    assert calls == ["planner", "coder", "tester", "tester", "analyzer", "coder", "tester", "tester"]
+    # The router's answer "tools" runs the tool node, then the tester: the tester is next, decided before the
+    # tool runs; then "analyzer"; END decides no agent.
+    assert [d["agents"] for d in decisions] == [["tester"], ["analyzer"], ["tester"]]
+    assert {d["workflow"] for d in decisions} == {workflow}

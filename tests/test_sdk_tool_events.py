@@ -483,7 +483,7 @@ def test_a_framework_running_the_tools_an_answer_asked_for_makes_one_pause_of_th
     assert done.returncode == 0, done.stderr[-3000:]
     workflow = json.loads(done.stdout.strip().splitlines()[-1])["workflow"]
     agent = agent_of_request(fake)  # LangGraph's node name; AutoGen's agent outside a team: its fingerprint
-    assert fake.events() == [
+    assert [e for e in fake.events() if e["type"].startswith("tool_")] == [
         {"type": "tool_start", "workflow": workflow, "agent": agent, "tool": "run_tests+lint"},
         {"type": "tool_end", "workflow": workflow, "agent": agent, "tool": "run_tests+lint"},
     ]
