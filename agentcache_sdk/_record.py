@@ -31,8 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from agentcache.tags import Tags
-from agentcache.trace import AgentDone, End, Event, Meta, Next, Request, Segment, ToolEnd, ToolStart, TraceWriter
-from agentcache.trace import plan_fields
+from agentcache.trace import (
+    AgentDone,
+    End,
+    Event,
+    Meta,
+    Next,
+    Request,
+    Segment,
+    ToolEnd,
+    ToolStart,
+    TraceWriter,
+    plan_fields,
+)
 from agentcache_sdk import _answers, _plan, _tools, _workflow
 from agentcache_sdk._counters import warn_once
 

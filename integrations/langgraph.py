@@ -36,8 +36,15 @@ import weakref
 from typing import Any
 
 from agentcache.integrations._once import HookOnce
-from agentcache_sdk import add_agent_name_provider, current_workflow, next_agents, plan, tool_ended, tool_started
-from agentcache_sdk import workflow
+from agentcache_sdk import (
+    add_agent_name_provider,
+    current_workflow,
+    next_agents,
+    plan,
+    tool_ended,
+    tool_started,
+    workflow,
+)
 from agentcache_sdk._counters import logger as sdk_logger
 
 START, END = "__start__", "__end__"  # LangGraph's own names (langgraph.constants)

@@ -15,11 +15,11 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import ORJSONResponse
 
+from agentcache.server_ext.client_events import MAX_BODY_BYTES, MAX_EVENTS, BatchError, EventCounts, parse_batch
 from agentcache.server_ext.control import ControlError, control, expiry_ticker, server_clock
 from agentcache.server_ext.control_limits import DEFAULT_EVENT_RATE, EVENT_RATE_ENV, Page, RateLimiter
 from agentcache.server_ext.http_limits import BodyTooLarge, read_capped
 from agentcache.server_ext.tenancy import is_operator, tenant_of_request
-from agentcache.server_ext.client_events import MAX_BODY_BYTES, MAX_EVENTS, BatchError, EventCounts, parse_batch
 from agentcache.tags import VERSION, TagError, parse, principal_of
 
 

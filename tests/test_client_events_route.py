@@ -11,10 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import API_KEY, TENANT_KEYS
 
-from agentcache.server_ext.control_limits import RateLimiter
 from agentcache.server_ext.client_events import MAX_EVENTS, BatchError, EventCounts, parse_batch
+from agentcache.server_ext.control_limits import RateLimiter
 from agentcache.tags import WorkflowKey, scoped_agent
-
 
 NONE = dict.fromkeys(("tool_start", "tool_end", "next", "agent_done", "plan", "skipped", "refused"), 0)
 

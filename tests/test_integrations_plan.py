@@ -6,20 +6,29 @@ framework hooked as an app loads it). The live server: tests/test_plan_events_e2
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
-from test_sdk_tool_events import fake  # noqa: F401 - the fixture
+import test_sdk_tool_events
 
 pytestmark = pytest.mark.frameworks
+
+fake = test_sdk_tool_events.fake  # the small local server, as a fixture here too
+
+
+def run_app(app: str, base_url: str, api_key: str | None = None) -> str:
+    """Run one of the apps below against a server; its workflow's id."""
+    env = {**os.environ, "AGENTCACHE_API_KEY": api_key} if api_key else None
+    done = subprocess.run([sys.executable, "-c", app, base_url], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["workflow"]
 
 
 def run(app: str, fake) -> tuple[str, list[dict], list[dict]]:  # noqa: ANN001
     """(the app's workflow, its plan events, its decisions) as the server received them."""
-    done = subprocess.run([sys.executable, "-c", app, fake.url], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    workflow = json.loads(done.stdout.strip().splitlines()[-1])["workflow"]
+    workflow = run_app(app, fake.url)
     events = [e for e in fake.events() if e["type"] in ("plan", "next", "agent_done")]
     return workflow, [e for e in events if e["type"] == "plan"], [e for e in events if e["type"] != "plan"]
 
@@ -30,7 +39,7 @@ def speakers(fake) -> list[str]:  # noqa: ANN001
 
 
 AUTOGEN_TEAMS = """
-import asyncio, json, sys
+import asyncio, json, os, sys
 import agentcache_sdk as ac
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
@@ -42,7 +51,8 @@ from agentcache.integrations.autogen import workflow
 ac.configure(base_url=sys.argv[1])
 info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
                  structured_output=False)
-client = OpenAIChatCompletionClient(model="m", base_url=sys.argv[1] + "/v1", api_key="x", model_info=info)
+client = OpenAIChatCompletionClient(model="default", base_url=sys.argv[1] + "/v1", model_info=info, max_tokens=8,
+                                    api_key=os.environ.get("AGENTCACHE_API_KEY", "x"))
 agents = lambda: [AssistantAgent(n, model_client=client, system_message=f"You are the {n}.") for n in TEAM]
 TEAM = ["planner", "coder", "critic"]
 
@@ -100,7 +110,8 @@ from crewai import LLM, Agent, Crew, Process, Task
 from agentcache.integrations.crewai import workflow
 
 ac.configure(base_url=sys.argv[1])
-llm = LLM(model="openai/m", base_url=sys.argv[1] + "/v1", api_key="x", max_tokens=8)
+llm = LLM(model="openai/default", base_url=sys.argv[1] + "/v1", max_tokens=8,
+          api_key=os.environ.get("AGENTCACHE_API_KEY", "x"))
 agent = lambda role: Agent(role=role, goal=f"{role}'s goal", backstory="b", llm=llm, max_iter=1, max_retry_limit=0,
                            allow_delegation=False)
 researcher, writer, editor = agent("researcher"), agent("writer"), agent("editor")
@@ -136,7 +147,7 @@ def test_a_sequential_crew_sends_its_task_chain_up_front_and_each_task_done_with
 
 
 LANGGRAPH_GRAPH = """
-import asyncio, json, sys
+import asyncio, json, os, sys
 from typing import Literal, TypedDict
 import agentcache_sdk as ac
 from langchain_core.messages import AIMessage, SystemMessage
@@ -147,7 +158,8 @@ from langgraph.prebuilt import ToolNode
 from agentcache.integrations.langgraph import workflow
 
 ac.configure(base_url=sys.argv[1])
-llm = ChatOpenAI(base_url=sys.argv[1] + "/v1", api_key="x", model="m")
+llm = ChatOpenAI(base_url=sys.argv[1] + "/v1", model="default", max_tokens=8,
+                 api_key=os.environ.get("AGENTCACHE_API_KEY", "x"))
 
 
 @tool

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import openai
 import pytest
-from test_sdk_tool_events import SYSTEM, chat, fake  # noqa: F401 - the fixture
+import test_sdk_tool_events
+from test_sdk_tool_events import SYSTEM, chat
 
 import agentcache_sdk as ac
 from agentcache.trace import AgentDone, Next, read_trace
 from agentcache_sdk import _plan
 
 GRAPH = {"planner": ["coder"], "coder": ["tester"], "tester": ["coder"]}
+
+fake = test_sdk_tool_events.fake  # the small local server, as a fixture here too
 
 
 @pytest.fixture(autouse=True)
