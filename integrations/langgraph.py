@@ -19,12 +19,14 @@ and `astream`, which `invoke`, `ainvoke` and the event streams run through:
 wrapped, the run unchanged), the SDK is given its nodes and edges
 (agentcache_sdk.plan): plain edges, and each conditional edge's declared
 targets (its path map, or its router's `Literal` return type; every node where
-it declares none, as LangGraph draws it), with a ToolNode (which calls no model)
+it declares none, as LangGraph draws it; a node's declared `destinations` for
+the `Command(goto=...)` it returns), with a ToolNode (which calls no model)
 passed through to the nodes after it, and the run's `recursion_limit` where the
 app sets one. The decisions: each router is a traced runnable named in the
 graph's branches; when one returns inside a node (before the next node's task
 starts), its answer, mapped through the branch's targets and past a tool node,
-is the workflow's next agents (agentcache_sdk.next_agents).
+is the workflow's next agents (agentcache_sdk.next_agents); so is the `goto` of
+a `Command` a node with declared destinations returns, as its run ends.
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ class GraphPlan:
         for starts, end in builder.waiting_edges:
             for start in starts:
                 direct.setdefault(start, set()).add(end)
+        # A node that routes by returning Command(goto=...) declares where it may go (its `destinations`).
+        self.commanding: set[str] = set()
+        for node, spec in builder.nodes.items():
+            if spec.ends:
+                self.commanding.add(node)
+                direct[node].update(spec.ends)  # a tuple of nodes, or a dict keyed by them
         # (node, router name) -> the router's declared answers and their nodes (None: any node)
         self.branches: dict[tuple[str, str], dict[Any, str] | None] = {}
         for node, branches in builder.branches.items():
@@ -142,6 +150,14 @@ class GraphPlan:
         """Each agent (a node that is no ToolNode) -> the agents that may call next."""
         return {n: self.after(sorted(self._direct.get(n, ()))) for n in self.nodes if n not in self.tools}
 
+    def commanded(self, command: Any) -> list[str] | None:
+        """The nodes a node's `Command(goto=...)` sends the run to (None: it goes nowhere in this graph)."""
+        goto = command.goto
+        if command.graph is not None or not goto:  # to the parent graph, or an update alone
+            return None
+        goto = [goto] if isinstance(goto, str) or not isinstance(goto, (list, tuple)) else goto
+        return self.after([g if isinstance(g, str) else getattr(g, "node", None) for g in goto])
+
     def decided(self, node: str, router: str, answer: Any) -> list[str] | None:
         """The nodes a router's `answer` sends the run to, as LangGraph maps it (BranchSpec._finish)."""
         if (node, router) not in self.branches:
@@ -156,7 +172,8 @@ class GraphPlan:
 
 
 _plans: weakref.WeakKeyDictionary[Any, GraphPlan] = weakref.WeakKeyDictionary()
-_routers: dict[tuple[str, str], GraphPlan] = {}  # (node, router name) -> the plan of the graph that has it
+# (node, router name) -> the plan of the graph that has it; (node, node): a node that routes by Command
+_routers: dict[tuple[str, str], GraphPlan] = {}
 
 
 def _run_starts(graph: Any, config: Any) -> None:
@@ -170,6 +187,8 @@ def _run_starts(graph: Any, config: Any) -> None:
         graph_plan = _plans[graph] = GraphPlan(graph)
         for key in graph_plan.branches:
             _routers[key] = graph_plan
+        for node in graph_plan.commanding:
+            _routers[(node, node)] = graph_plan  # the node's own run: its Command is its decision
     limit = (config or {}).get("recursion_limit") or (getattr(graph, "config", None) or {}).get("recursion_limit")
     from langgraph._internal._config import DEFAULT_RECURSION_LIMIT
 
@@ -200,6 +219,7 @@ def _decisions_handler() -> Any:
         def __init__(self) -> None:
             self._runs: dict[Any, tuple[str, str]] = {}  # run id -> (node, router) of a router running
             self._lock = threading.Lock()
+            self._last_command: Any = None  # the Command last read (a node's nested runs all end with it)
 
         def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, **kwargs: Any) -> None:
             node = (kwargs.get("metadata") or {}).get("langgraph_node")
@@ -216,7 +236,15 @@ def _decisions_handler() -> Any:
             if key is None:
                 return
             graph_plan = _routers.get(key)
-            agents = graph_plan.decided(*key, outputs) if graph_plan is not None else None
+            if graph_plan is None:
+                return
+            if key[0] == key[1]:  # a node's own run: a Command it returns decides (its inner runs end with it too)
+                if type(outputs).__name__ != "Command" or outputs is self._last_command:
+                    return
+                self._last_command = outputs
+                agents = graph_plan.commanded(outputs)
+            else:
+                agents = graph_plan.decided(*key, outputs)
             if agents:
                 next_agents(agents)
 

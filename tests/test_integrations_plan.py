@@ -224,3 +224,66 @@ def test_a_graph_sends_its_nodes_and_edges_past_its_tool_node_and_each_routers_a
     # tool runs; then "analyzer"; END decides no agent.
     assert [d["agents"] for d in decisions] == [["tester"], ["analyzer"], ["tester"]]
     assert {d["workflow"] for d in decisions} == {workflow}
+
+
+LANGGRAPH_COMMANDS = """
+import asyncio, json, os, sys
+from typing import TypedDict
+import agentcache_sdk as ac
+from langchain_core.messages import SystemMessage
+from langchain_openai import ChatOpenAI
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command
+from agentcache.integrations.langgraph import workflow
+
+ac.configure(base_url=sys.argv[1])
+llm = ChatOpenAI(base_url=sys.argv[1] + "/v1", model="default", max_tokens=8,
+                 api_key=os.environ.get("AGENTCACHE_API_KEY", "x"))
+
+
+class State(TypedDict, total=False):
+    done: list
+
+
+async def supervisor(state):
+    await llm.ainvoke([SystemMessage("You are the supervisor.")])
+    done = state.get("done", [])
+    return Command(goto="__end__" if len(done) == 2 else ["researcher", "writer"][len(done)])
+
+
+def worker(name):
+    async def run(state):
+        await llm.ainvoke([SystemMessage(f"You are the {name}.")])
+        return {"done": [*state.get("done", []), name]}
+    return run
+
+
+graph = StateGraph(State)
+graph.add_node("supervisor", supervisor, destinations=("researcher", "writer"))
+graph.add_node("researcher", worker("researcher"))
+graph.add_node("writer", worker("writer"))
+graph.add_edge(START, "supervisor")
+graph.add_edge("researcher", "supervisor")
+graph.add_edge("writer", "supervisor")
+app = graph.compile()
+
+
+@workflow(app="supervised")
+async def solve():
+    await app.ainvoke({})
+    return ac.current_workflow().id
+
+
+print(json.dumps({"workflow": asyncio.run(solve())}))
+"""
+
+
+def test_a_node_routing_by_command_sends_its_destinations_as_the_plan_and_each_goto_as_it_returns(fake):
+    workflow, plans, decisions = run(LANGGRAPH_COMMANDS, fake)
+    graph = {"supervisor": ["researcher", "writer"], "researcher": ["supervisor"], "writer": ["supervisor"]}
+    assert plans == [{"type": "plan", "app": "supervised", "plan": {"graph": graph}}]
+    assert speakers(fake) == ["supervisor", "researcher", "supervisor", "writer", "supervisor"]
+    assert decisions == [
+        {"type": "next", "workflow": workflow, "agents": ["researcher"]},
+        {"type": "next", "workflow": workflow, "agents": ["writer"]},
+    ]
