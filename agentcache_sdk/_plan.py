@@ -92,11 +92,9 @@ def plan(
         return False
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     with _lock:
-        known = _plans.get(app) == text
         _plans[app] = text
-    if not known:
-        for observer in list(observers):
-            notify(observer, {"type": "plan", "app": app, "plan": body})
+    for observer in list(observers):  # each time: a recording begun since the plan was first given takes it too
+        notify(observer, {"type": "plan", "app": app, "plan": body})
     if ctx is not None and ctx.app == app and known_workflow() is ctx:
         requested(ctx)
     return True

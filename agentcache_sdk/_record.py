@@ -74,6 +74,7 @@ class Recorder:
         if not append:
             self._writer.close()
             self._writer = None
+        self._plan_app: str | None = None  # the app whose plan the meta line holds
         self._lock = threading.Lock()
         self._start = time.monotonic() - self._last_ts
         self.requests = 0
@@ -135,9 +136,10 @@ class Recorder:
         kind = event["type"]
         with self._lock:
             if kind == "plan":
+                plan = plan_fields(event["plan"])
                 if self._writer is None and self._meta.plan is None:
-                    self._meta.plan = plan_fields(event["plan"])
-                else:
+                    self._meta.plan, self._plan_app = plan, event["app"]
+                elif (self._plan_app, self._meta.plan) != (event["app"], plan):
                     warn_once(
                         "recorded_plan",
                         f"agentcache: the plan of app {event['app']!r} came after the recording began: the trace's"

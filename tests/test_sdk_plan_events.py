@@ -118,3 +118,18 @@ def test_the_recorder_writes_the_plan_in_the_meta_line_and_the_decisions_as_even
     assert trace.requests[0].app == "coding"
     assert [type(e) for e in trace.events][1:3] == [Next, AgentDone]
     assert trace.events[1].agents == ("coder",) and trace.events[1].workflow == wf.id
+
+
+def test_a_recording_begun_after_the_plan_was_first_given_takes_it_from_the_apps_next_run(fake, tmp_path):
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+
+    @ac.workflow(app="coding")
+    def run():
+        ac.plan(graph=GRAPH)  # as an integration does at each run's start
+        chat(client, [SYSTEM])
+
+    run()
+    with ac.record(tmp_path / "later.jsonl"):
+        run()
+        run()
+    assert read_trace(tmp_path / "later.jsonl").meta.plan.graph == {a: tuple(s) for a, s in GRAPH.items()}
