@@ -287,3 +287,28 @@ def test_a_node_routing_by_command_sends_its_destinations_as_the_plan_and_each_g
         {"type": "next", "workflow": workflow, "agents": ["researcher"]},
         {"type": "next", "workflow": workflow, "agents": ["writer"]},
     ]
+
+
+def test_a_hierarchical_managers_delegation_names_the_coworker_next(fake, monkeypatch):
+    """CrewAI's manager delegates with its delegation tool, naming the coworker, before the coworker's call runs."""
+    from types import SimpleNamespace
+
+    import openai
+
+    import agentcache_sdk as ac
+    from agentcache.integrations import crewai as integration
+
+    monkeypatch.setattr(integration, "_DELEGATION", {"delegate_work_to_coworker"})
+    client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="x")
+    manager = SimpleNamespace(role="Crew Manager")
+    with ac.workflow(app="crew") as wf, ac.agent_name("Crew Manager"):
+        client.chat.completions.create(model="m", messages=[{"role": "system", "content": "You manage."}])
+        context = SimpleNamespace(
+            tool_name="delegate_work_to_coworker", tool_input={"coworker": "writer", "task": "t"}, agent=manager
+        )
+        integration._before_tool_call(context)
+        integration._after_tool_call(context)
+    assert ac.flush(5)
+    assert [e for e in fake.events() if e["type"] == "next"] == [
+        {"type": "next", "workflow": wf.id, "agents": ["writer"]}
+    ]
