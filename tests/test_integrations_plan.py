@@ -43,7 +43,7 @@ import asyncio, json, os, sys
 import agentcache_sdk as ac
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
-from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat
+from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat, Swarm
 from autogen_core.models import ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 from agentcache.integrations.autogen import workflow
@@ -61,6 +61,10 @@ TEAM = ["planner", "coder", "critic"]
 async def solve():
     if sys.argv[2] == "round-robin":
         team = RoundRobinGroupChat(agents(), max_turns=5)
+    elif sys.argv[2] == "swarm":  # the planner hands off to the coder (the fake model calls the handoff tool)
+        planner = AssistantAgent("planner", model_client=client, handoffs=["coder"], system_message="Plan.")
+        coder = AssistantAgent("coder", model_client=client, system_message="Code.")
+        team = Swarm([planner, coder], max_turns=3)
     else:  # the fake model answers "done": the selector's answer names no one, so it keeps to its fallback
         team = SelectorGroupChat(agents(), model_client=client, termination_condition=MaxMessageTermination(4))
     await team.run(task="fix it")
@@ -87,6 +91,13 @@ def test_a_round_robin_sends_its_order_and_turn_limit_each_speaker_as_chosen_and
         {"type": "next", "workflow": workflow, "agents": ["coder"]},
         {"type": "agent_done", "workflow": workflow, "agent": "planner"},
     ]
+
+
+def test_a_swarm_sends_its_turn_limit_and_each_handoff_target_as_read(fake):
+    workflow, plans, decisions = run(AUTOGEN_TEAMS.replace("sys.argv[2]", '"swarm"'), fake)
+    assert plans == [{"type": "plan", "app": "swarm", "plan": {"max_turns": 3}}]
+    assert speakers(fake) == ["planner", "coder", "coder"]
+    assert decisions == [{"type": "next", "workflow": workflow, "agents": ["coder"]}] * 2
 
 
 def test_a_selector_chat_sends_its_graph_and_each_choice_once_the_selector_answered(fake):

@@ -85,9 +85,11 @@ class _Handler(BaseHTTPRequestHandler):
         messages = body.get("messages", [])
         asks = bool(body.get("tools")) and not any(m.get("role") == "tool" for m in messages)
         n = len(messages)
+        offered = [t.get("function", {}).get("name", "") for t in body.get("tools") or ()]
+        handoffs = [name for name in offered if name.startswith("transfer_to_")]  # an AutoGen swarm's handoff
         calls = [
             {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}
-            for i, name in enumerate(("run_tests", "lint"))
+            for i, name in enumerate(handoffs[:1] or ("run_tests", "lint"))
         ]
         if body.get("stream"):
             return self._stream(calls if asks else None)
