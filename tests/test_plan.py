@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_policies import FixedForecast
 
 from agentcache.policy import WorkflowRegistry, make_policy
 from agentcache.policy.lru import LRUPolicy
+from agentcache.predictor import END
 from agentcache.replay import runner
+from agentcache.replay.engine import ReplayCache
 from agentcache.replay.serving import serve_trace
-from agentcache.tags import WorkflowKey
+from agentcache.replay.tokens import TokenCodec
+from agentcache.tags import Tags, WorkflowKey
 from agentcache.trace import AgentDone, End, Meta, Next, Plan, Request, Segment, Trace, write_trace
+from agentcache.workloads import GenConfig, generate
 
 W1 = WorkflowKey("", "w1")
 
@@ -115,3 +120,95 @@ def test_the_cli_replays_without_next_and_plan_on_request(tmp_path, capsys):
     (ignored,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert ignored["ignored_events"] == ["next", "plan"]
     assert main(argv) == 0
+
+
+# ---------------------------------------------------------------- pbkv uses them
+
+W2 = WorkflowKey("", "w2")
+# The coder may call again; a worker calls again more surely. Told that the coder calls next, its path is worth
+# more than a worker's; told that its context is done, less than any.
+FORECAST = {"coder": [{"coder": 0.5, END: 0.5}], "worker": [{"worker": 0.9, END: 0.1}]}
+
+
+class Scene:
+    """Workflow w1's coder answered; workers of other workflows fill the cache. Each request's path is 110 tokens
+    (100 of prompt, 10 of output); the cache holds three."""
+
+    def __init__(self, forecast=FORECAST):
+        self.policy = make_policy("pbkv", predictor=FixedForecast(forecast, horizon=1))
+        self.cache = ReplayCache(350, self.policy)
+        self.codec, self.served = TokenCodec(), 0
+
+    def serve(self, request: Request) -> int:
+        enc = self.codec.encode(request, self.served)
+        self.served += 1
+        tags = runner.request_tags(request, enc)
+        self.policy.on_request(tags, request.ts)
+        return self.cache.serve(enc, tags, request.ts).hit_tokens
+
+    def coder(self, ts: float, again: bool = False) -> int:
+        segments = (Segment("task/w1", 100), *((Segment("answer/w1", 10),) if again else ()))
+        return self.serve(Request(ts, "w1", "coder", segments, 0, 10, None if again else "answer/w1"))
+
+    def workers(self, names: str, ts: float) -> None:
+        for i, name in enumerate(names.split()):
+            self.serve(Request(ts + i, name, "worker", (Segment(f"task/{name}", 100),), 0, 10))
+
+
+@pytest.mark.parametrize("told", [False, True])
+def test_a_next_event_makes_the_told_agents_path_worth_its_certain_call(told):
+    scene = Scene()
+    scene.coder(0.0)
+    if told:
+        runner.hear_hint(scene.policy, Next(1.0, "w1", ("coder",)), 1.0)
+        assert scene.policy.forecasts.next[W1] == {"coder": 1.0}
+    scene.workers("w2 w3 w4", 2.0)  # the third evicts a path: the coder's unless it was told to come next
+    assert scene.coder(6.0, again=True) == (109 if told else 0)
+    assert scene.policy.forecasts.next[W1] == {"coder": 0.5}, "the call arrived: the forecast is the forecaster's"
+
+
+def test_agent_done_values_the_pairs_path_as_retired_until_it_calls_again():
+    sure = {"coder": [{"coder": 0.95, END: 0.05}], "worker": [{"worker": 0.9, END: 0.1}]}
+    scene = Scene(sure)
+    scene.coder(0.0)
+    node = scene.policy.latest[W1]["coder"].end
+    assert scene.policy.priority(node)[0] == 1
+    runner.hear_hint(scene.policy, AgentDone(1.0, "w1", "coder"), 1.0)
+    assert scene.policy.priority(node)[0] == 0, "keyed as retired"
+    scene.policy.on_agent_done(W2, "nobody", 1.5)  # no path of it: nothing to do
+    assert scene.policy.hints.done == {W1: {"coder": scene.policy.latest[W1]["coder"].stamp}}
+    scene.workers("w2 w3 w4", 2.0)
+    assert scene.coder(6.0, again=True) == 0, "its path went first"
+    assert scene.policy.hints.done == {}, "calling again, the agent's new path is valued as any"
+    scene.policy.on_end(W1, 7.0)
+
+
+def test_the_plan_is_the_prior_of_an_apps_first_steps_and_its_turn_limit_caps_them():
+    policy = make_policy("pbkv")
+    policy.on_plan("app-1", Plan(order=("a", "b", "c"), max_turns=3), 0.0)
+
+    def request(workflow, agent, ts, app="app-1"):
+        return policy.on_request(Tags(workflow=workflow, agent=agent, app=app), ts)
+
+    request("w1", "a", 1.0)
+    assert policy.forecasts.next[W1] == pytest.approx({"b": 1.0}), "nothing learned yet: the plan's order"
+    request("w2", "a", 1.5, app=None)  # another app: the forecaster's own (it knows nothing of b)
+    assert "b" not in policy.forecasts.next.get(W2, {})
+    request("w1", "b", 2.0)
+    request("w1", "c", 3.0)
+    assert policy.forecasts.values[W1] == {}, "the third call is the last the turn limit allows"
+    assert policy.forecast_stats()["plan"]["known_agent"] >= 3
+    policy.on_end(W1, 4.0)
+    assert policy.hints.priors["app-1"].seen == {"a": 1, "b": 1} and W1 not in policy.hints.prior_of
+    request("w3", "a", 5.0)
+    learned = policy.forecasts.next[WorkflowKey("", "w3")]
+    assert 0.5 <= learned["b"] < 1.0, "one step out of a seen: the plan weighs as much as what was learned"
+
+
+def test_pbkv_replays_a_trace_without_its_hints_as_the_same_trace_generated_without_them():
+    plain = generate("phased-chat", GenConfig(workflows=12, seed=3))
+    hinted = generate("phased-chat", GenConfig(workflows=12, seed=3, hints=True))
+    capacity = 20_000
+    without = runner.replay_policy(runner.PreparedTrace(hinted.without(["next", "plan"])), "pbkv", capacity)
+    assert without.hit_tokens == runner.replay_policy(runner.PreparedTrace(plain), "pbkv", capacity).hit_tokens
+    assert runner.replay_policy(runner.PreparedTrace(hinted), "pbkv", capacity).hit_tokens != without.hit_tokens

@@ -3,6 +3,7 @@ workflows not yet started."""
 
 from __future__ import annotations
 
+from agentcache.policy.pbkv.prior import Prior
 from agentcache.policy.workflows import WorkflowState
 from agentcache.predictor import END, Predictor
 from agentcache.predictor.base import PerForecast
@@ -10,6 +11,11 @@ from agentcache.predictor.guard import GuardedPredictor
 from agentcache.tags import WorkflowKey
 
 MAX_READ_FORECASTS = 1024  # forecasts whose values are kept for the next workflow at the same point
+
+
+def next_of(rows: list[dict[str, float]]) -> dict[str, float]:
+    """P^(1)(a) of a forecast's rows: its next step's agents (END left out)."""
+    return {a: p for a, p in rows[0].items() if a != END and p > 0.0}
 
 
 class Forecasts:
@@ -24,20 +30,42 @@ class Forecasts:
         # each forecast's v(a) and P^(1)(a), read once for every workflow at the same point
         self._read: PerForecast[tuple[dict[str, float], dict[str, float]]] = PerForecast(MAX_READ_FORECASTS)
 
-    def moved(self, state: WorkflowState) -> None:
-        """A workflow moved to the last agent of its path: learn the step, forecast what follows."""
+    def moved(self, state: WorkflowState, prior: Prior | None = None) -> None:
+        """A workflow moved to the last agent of its path: learn the step, forecast what follows (blended with
+        its app's plan where it has one, `prior`)."""
         path = state.path
         self.predictor.observe(path[:-1], path[-1])
         rows = self.predictor.predict(path)
-        # Workflows at the same point get the same rows (until the predictor refreshes): read them once.
-        read = self._read.get(rows)
+        if prior is not None:
+            prior.moved(path)
+        blended = prior.blend(path, rows) if prior is not None else rows
+        read = self._read.get(rows) if blended is rows else None
         if read is None:
-            next_agents = {a: p for a, p in rows[0].items() if a != END and p > 0.0}
-            read = (self.discounted(rows), next_agents)
-            self._read.put(rows, read)
+            read = (self.discounted(blended), next_of(blended))
+            if blended is rows:  # workflows at the same point get the same rows (until the predictor refreshes)
+                self._read.put(rows, read)
         self.values[state.id], self.next[state.id] = read
         if self._unpaused:
             self._unpaused.pop(state.id, None)
+
+    def told(self, state: WorkflowState, agents: tuple[str, ...], prior: Prior | None = None) -> None:
+        """The app's framework decided that one of `agents` makes the workflow's next call: that step is theirs,
+        equally, and the steps after it are what the forecast says from each, until the call arrives (moved)."""
+        share = 1.0 / len(agents)
+        rows: list[dict[str, float]] = [dict.fromkeys(agents, share)]
+        for agent in agents:
+            after = (*state.path, agent)
+            then = self.predictor.predict(after)
+            if prior is not None:
+                then = prior.blend(after, then)
+            for k, row in enumerate(then[: len(then) - 1], start=1):
+                if k == len(rows):
+                    rows.append({})
+                into = rows[k]
+                for a, p in row.items():
+                    into[a] = into.get(a, 0.0) + share * p
+        self._unpaused.pop(state.id, None)
+        self.values[state.id], self.next[state.id] = self.discounted(rows), next_of(rows)
 
     def paused(self, workflow: WorkflowKey, waiting: list[str]) -> None:
         """The workflow's next caller is one of `waiting` (agents waiting on a tool, or back from one): each is

@@ -21,6 +21,7 @@ from agentcache.policy.base import CachePolicy
 from agentcache.policy.nodes import NO_LATEST, TAGS_ATTR, CacheNode, Latest, NodeClass, NodeTags, node_tokens
 from agentcache.policy.pbkv.demand import Demand
 from agentcache.policy.pbkv.forecasts import Forecasts
+from agentcache.policy.pbkv.hints import Hints
 from agentcache.policy.pbkv.ingredients import DEFAULT, Ingredients, default_forecaster
 from agentcache.policy.pbkv.keys import EvictionKeys
 from agentcache.policy.pbkv.retired import RetiredAges, RetiredReads, latest_agents
@@ -32,6 +33,7 @@ from agentcache.policy.workflows import WorkflowRegistry, WorkflowState
 from agentcache.predictor import Predictor
 from agentcache.predictor.base import AgentCoverage
 from agentcache.tags import Tags, WorkflowKey
+from agentcache.trace.model import Plan
 
 REFRESH_EVERY = 16
 REFRESH_SHARE = 4
@@ -64,6 +66,7 @@ class PBKVPolicy(CachePolicy):
         self.timing = Timing(gamma, ingredients.timing, self.pauses if ingredients.tools else None, self.latest)
         self.keys = EvictionKeys(ingredients)
         self.demand = Demand(ingredients, self.registry, self.timing, self.forecasts, self.keys)
+        self.hints = Hints(self.registry, self.timing, self.forecasts, self.demand, self.keys, self.pauses, self.latest)
         self.reuse = ReuseEvidence()
         self.retired_reads = RetiredReads()
         self.retired_ages = RetiredAges()
@@ -78,6 +81,7 @@ class PBKVPolicy(CachePolicy):
             self.reuse,
             self.retired_reads,
             self.retired_ages,
+            self.hints,
         )
         self._refreshes = 0
         self._refresh_every = REFRESH_EVERY
@@ -104,7 +108,10 @@ class PBKVPolicy(CachePolicy):
             self._refresh()
         elif self._weights_aged(now):
             self._weigh()
-        self.timing.observe(self.registry.get(tags.key), now)
+        known = self.registry.get(tags.key)
+        self.timing.observe(known, now)
+        if self.hints.heard(tags, known is None):  # an agent whose paths were done calls again: valued again
+            self.keys.invalidate(self.keys.nodes_of.get(tags.key))
         state = super().on_request(tags, now)
         if self.ingredients.pending:
             self.demand.arrive(state, tags.identity)
@@ -160,7 +167,7 @@ class PBKVPolicy(CachePolicy):
             ages.evicted(latest_agents(t), (self.timing.now - t.last_access) / ages.age_unit(t), tokens, t.stops)
 
     def on_transition(self, state: WorkflowState, previous: str | None) -> None:
-        self.forecasts.moved(state)
+        self.forecasts.moved(state, self.hints.prior_of.get(state.id) if self.hints.prior_of else None)
         if state.id in self.pauses.open or state.id in self.pauses.returned:  # another agent of it still waits
             self.forecasts.paused(state.id, self.pauses.waiting(state.id))
 
@@ -175,7 +182,17 @@ class PBKVPolicy(CachePolicy):
         self.forecasts.paused(workflow, self.pauses.waiting(workflow))
         self.demand.update(state)
 
+    def on_plan(self, app: str, plan: Plan, now: float) -> None:
+        self.hints.plan(app, plan, self.predictor.horizon)
+
+    def on_next(self, workflow: WorkflowKey, agents: tuple[str, ...], now: float) -> None:
+        self.hints.told_next(workflow, agents, now)
+
+    def on_agent_done(self, workflow: WorkflowKey, agent: str, now: float) -> None:
+        self.hints.agent_done(workflow, agent)
+
     def on_workflow_retired(self, state: WorkflowState) -> None:
+        self.hints.retired(state.id)
         self.forecasts.ended(state)
         self.demand.ended(state.id)
         self._before_running.pop(state.id, None)
@@ -260,7 +277,7 @@ class PBKVPolicy(CachePolicy):
         return changed if self.keeps_keys else None
 
     def coverages(self) -> list[AgentCoverage]:
-        return [self.predictor.coverage]
+        return [self.predictor.coverage, self.hints.coverage] if self.hints.priors else [self.predictor.coverage]
 
     def prefetch_candidates(self) -> list[Candidate]:
         """Each active workflow's history for its likely next agent, and those agents' fixed prompts,

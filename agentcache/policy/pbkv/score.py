@@ -7,6 +7,7 @@ from agentcache.policy.base import CachePolicy
 from agentcache.policy.nodes import NO_LATEST, CacheNode, NodeTags, node_tokens, tags_of
 from agentcache.policy.pbkv.demand import Demand
 from agentcache.policy.pbkv.forecasts import Forecasts
+from agentcache.policy.pbkv.hints import Hints
 from agentcache.policy.pbkv.ingredients import Ingredients
 from agentcache.policy.pbkv.keys import EvictionKeys
 from agentcache.policy.pbkv.retired import RetiredAges, RetiredReads, latest_agents
@@ -29,6 +30,7 @@ class Ranking:
         reuse: ReuseEvidence,
         retired_reads: RetiredReads,
         retired_ages: RetiredAges,
+        hints: Hints,
     ) -> None:
         self.policy = policy
         self.ingredients = ingredients
@@ -40,6 +42,7 @@ class Ranking:
         self.reuse = reuse
         self.retired_reads = retired_reads
         self.retired_ages = retired_ages
+        self.hints = hints
 
     def score(self, node: CacheNode, t: NodeTags | None = None) -> float:
         """Expected discounted reads of `node` (the paper's Score, plus the fixed-prompt terms)."""
@@ -55,7 +58,7 @@ class Ranking:
                 total += keyed.get(agent, 0.0)
             if not t.past_fixed:  # every workflow's agents are among `fixed`: a shared prompt, no more
                 return total
-        current_only, reuse = ingredients.current_paths, ingredients.reuse
+        current_only, reuse, done_of = ingredients.current_paths, ingredients.reuse, self.hints.done
         weights, values_of, pending, latest_of, reuse_evidence = (
             demand.weights,
             self.forecasts.values,
@@ -72,8 +75,9 @@ class Ranking:
             values = values_of.get(workflow)
             waiting = pending.get(workflow)
             latest = latest_of.get(workflow) or NO_LATEST
+            done = done_of.get(workflow) if done_of else None
             for a, stamp in agents.items():
-                if a in fixed:
+                if a in fixed or (done is not None and a in done):
                     continue
                 pair = latest.get(a)
                 if pair is not None and pair.stamp == stamp:  # on the pair's latest path
@@ -96,7 +100,11 @@ class Ranking:
         """The eviction key of `node` (tagged `t`), computed afresh."""
         ing = self.ingredients
         tiered = ing.lifecycle and t is not None and not (ing.fixed_by_forecast and t.fixed_agents)
-        if tiered and t is not None and self.policy.is_retired(t):
+        if (
+            tiered
+            and t is not None
+            and (self.policy.is_retired(t) or (self.hints.done and self.hints.all_done(t, self.policy.registry.by_id)))
+        ):
             return self.retired_key(node, t)
         value = self.score(node, t)
         if ing.evidence and t is not None:
