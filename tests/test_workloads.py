@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from agentcache.trace import End, Request, Segment, TraceWriter, iter_trace, write_trace
+from agentcache.trace import AgentDone, End, Next, Request, Segment, TraceWriter, iter_trace, write_trace
 from agentcache.workloads import DYNAMIC_FAMILIES, FAMILIES, GenConfig, chat, generate, mix, phased_chat
 from agentcache.workloads.stats import continuation_rate, reuse_shares
 
@@ -323,3 +323,58 @@ def test_cli_gen_takes_the_rebuild_knob(tmp_path):
     trace = read_trace(path)
     assert trace.meta.extra["generator"]["rebuild"] == 0.0 and continuation_rate(trace) > 0
     assert main(["gen", "chat", "-o", str(path), "--workflows", "5", "--rebuild", "2"]) == 2
+
+
+# ---------------------------------------------------------------- hints knob: what the framework would know
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_hints_add_the_plan_and_events_and_change_nothing_else(family):
+    plain = generate(family, GenConfig(workflows=20, seed=6))
+    hinted = generate(family, GenConfig(workflows=20, seed=6, hints=True))
+    assert hinted.without(["next", "plan"]).events == plain.events, "what runs is the same"
+    assert plain.meta.plan is None and "hints" not in plain.meta.extra["generator"]
+    assert roundtrip(hinted)[1:] == hinted.events
+    if family in (chat.FAMILY, mix.FAMILY):  # no framework, or two apps: no plan
+        assert hinted.meta.plan is None
+    else:
+        assert hinted.meta.plan is not None and {r.agent for r in hinted.requests} <= hinted.meta.plan.agents
+        most = max(len(calls) for calls in by_workflow(hinted).values())
+        assert hinted.meta.plan.max_turns is None or most <= hinted.meta.plan.max_turns
+
+
+@pytest.mark.parametrize("family", sorted(set(FAMILIES) - {chat.FAMILY}))
+def test_a_next_event_names_the_next_caller_and_comes_once_the_answer_it_follows_is_out(family):
+    trace = generate(family, GenConfig(workflows=30, seed=8, hints=True))
+    told: dict[str, Next] = {}
+    last: dict[str, Request] = {}
+    decode = GenConfig().decode_tok_s
+    nexts = 0
+    for e in trace.events:
+        if isinstance(e, Next):
+            nexts += 1
+            before = last[e.workflow]
+            assert e.ts >= round(before.ts + 0.3 + before.output / decode, 3) - 1e-9, "never before the answer"
+            told[e.workflow] = e
+        elif isinstance(e, Request):
+            if e.workflow in told:
+                assert e.agent in told.pop(e.workflow).agents, "the told agent calls next"
+            last[e.workflow] = e
+    assert nexts and not told, "every next is followed by its call"
+
+
+def test_phased_chat_tells_a_phases_roles_done_where_the_chain_cannot_come_back_to_it():
+    trace = generate(phased_chat.FAMILY, GenConfig(workflows=10, seed=2, hints=True))
+    last: dict[tuple[str, str], str] = {}  # (run, role) -> the phase instructions of its last call
+    done: dict[tuple[str, str], str] = {}
+    told = 0
+    for e in trace.events:
+        if isinstance(e, AgentDone):
+            told += 1
+            done[(e.workflow, e.agent)] = last[(e.workflow, e.agent)]
+        elif isinstance(e, Request):
+            pair, instructions = (e.workflow, e.agent), e.segments[e.fixed + 1].content_id
+            assert done.pop(pair, None) != instructions, "a context told done is not read again"
+            last[pair] = instructions
+    # Every run leaves demand analysis, language choice, coding, the review loop and the test loop behind.
+    assert told >= 10 * 5

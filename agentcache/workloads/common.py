@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from agentcache.trace import End, Event, Meta, Request, Segment, Trace
+from agentcache.trace import AgentDone, End, Event, Meta, Next, Plan, Request, Segment, Trace
 
 
 @dataclass
@@ -35,6 +35,10 @@ class GenConfig:
     decode_tok_s: float = 50.0  # generation speed used to space a workflow's requests
     tool_s: float = 2.0  # mean tool execution time between calls
     held_out: bool = False  # the family's held-out variant (other agents, tools, durations), where it has one
+    # What the family's framework would tell the server, where and when it would know it: the meta line's plan,
+    # `next` events (a router's decision once the answer it routes on is out, a fixed order, a task list) and
+    # `agent_done` events (a phase over). Off: the trace is byte for byte what it was before they existed.
+    hints: bool = False
 
     def __post_init__(self) -> None:
         if self.workflows < 1:
@@ -52,9 +56,9 @@ class GenConfig:
             raise ValueError(f"unended must be in [0, 1], got {self.unended}")
 
     def knobs(self) -> dict[str, Any]:
-        """The knobs as set; `rebuild` and `held_out` only when set, so traces written before they existed stay
-        byte-identical."""
-        unset = {"rebuild": None, "held_out": False}
+        """The knobs as set; `rebuild`, `held_out` and `hints` only when set, so traces written before they existed
+        stay byte-identical."""
+        unset = {"rebuild": None, "held_out": False, "hints": False}
         return {
             f.name: getattr(self, f.name)
             for f in fields(self)
@@ -109,6 +113,7 @@ class Conversation:
     history: list[Segment] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     calls: int = 0
+    answered: float = 0.0  # when the last call's answer was out: what the framework decides on is known from then
     # A stream of its own, so that rebuilding changes how prompts look, never which agents run or what they say.
     render_rng: random.Random = field(init=False)
 
@@ -150,6 +155,7 @@ class Conversation:
         if remember:
             self.history.append(Segment(out_id, out_tokens))
         self.ts += 0.3 + out_tokens / self.cfg.decode_tok_s
+        self.answered = self.ts
         if tool:
             self.history.append(
                 Segment(f"tool/{self.workflow}/{self.calls}", jitter(self.rng, self.cfg.tool_tokens, 0.6))
@@ -161,6 +167,18 @@ class Conversation:
 
     def end(self) -> None:
         self.events.append(End(round(self.ts, 3), self.workflow))
+
+    def decided(self, *agents: str, now: bool = False) -> None:
+        """With the `hints` knob: the framework decided that one of `agents` makes the next call, on the last
+        call's answer (at its end), or on what came since, a tool's result (`now`: when it came)."""
+        if self.cfg.hints:
+            self.events.append(Next(round(self.ts if now else self.answered, 3), self.workflow, agents))
+
+    def finished(self, *agents: str) -> None:
+        """With the `hints` knob: the last call's answer ended a phase, whose agents' contexts are done."""
+        if self.cfg.hints:
+            at = round(self.answered, 3)
+            self.events.extend(AgentDone(at, self.workflow, agent) for agent in agents)
 
 
 def start_conversations(
@@ -189,8 +207,10 @@ def assemble(
     conversations: list[Conversation],
     call_graph: dict[str, list[str]],
     rng: random.Random,
+    plan: Plan | None = None,
 ) -> Trace:
-    """Merge the workflows' events in time order; drop the end events of the `unended` share."""
+    """Merge the workflows' events in time order; drop the end events of the `unended` share. `plan`: what the
+    family's framework knows before it runs, in the meta line with the `hints` knob."""
     unended = set(rng.sample(range(len(conversations)), round(cfg.unended * len(conversations))))
     tagged: list[tuple[float, int, int, Event]] = []
     for i, conv in enumerate(conversations):
@@ -204,5 +224,6 @@ def assemble(
         description=description,
         call_graph={a: sorted(set(s)) for a, s in sorted(call_graph.items())},
         extra={"generator": {"family": family, **cfg.knobs()}},
+        plan=plan if cfg.hints else None,
     )
     return Trace(meta, [e for *_, e in tagged])

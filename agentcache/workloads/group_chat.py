@@ -5,14 +5,16 @@ system message, only the selector template (role descriptions) followed by the
 whole conversation, and its few output tokens never join the history. The
 speaker then answers. Speakers follow probabilistic transitions; the critic
 ends the chat unless it rejects the work (probability `loop_prob`, default
-0.5), and the chat stops after MAX_TURNS turns in any case.
+0.5), and the chat stops after MAX_TURNS turns in any case. With the `hints`
+knob: the graph and the turn limit as the plan; the speaker once the selector
+has answered, and the selector once a turn that does not end the chat is out.
 """
 
 from __future__ import annotations
 
 import random
 
-from agentcache.trace import Segment, Trace
+from agentcache.trace import Plan, Segment, Trace
 from agentcache.workloads.common import Agent, GenConfig, assemble, jitter, make_agents, start_conversations
 
 FAMILY = "group-chat"
@@ -37,11 +39,14 @@ def generate(cfg: GenConfig) -> Trace:
     conversations = start_conversations(FAMILY, cfg, rng)
     for conv in conversations:
         speaker = "planner"
-        for _turn in range(MAX_TURNS):
+        for turn in range(MAX_TURNS):
             conv.call(selector, output=SELECTOR_OUTPUT, remember=False)
+            conv.decided(speaker)  # the selector's answer names the speaker
             conv.call(agents[speaker], tool=speaker in ("executor", "researcher"))
             if speaker == "critic" and conv.rng.random() >= p_reject:
                 break
+            if turn < MAX_TURNS - 1:  # the chat goes on: a selector call comes next, known once the turn is out
+                conv.decided("selector")
             choices = TRANSITIONS[speaker]
             speaker = conv.rng.choices(list(choices), weights=list(choices.values()))[0]
         conv.end()
@@ -50,4 +55,6 @@ def generate(cfg: GenConfig) -> Trace:
     description = (
         f"selector group chat, {len(TRANSITIONS)} speakers, critic rejects with p={p_reject}, at most {MAX_TURNS} turns"
     )
-    return assemble(FAMILY, description, cfg, conversations, graph, rng)
+    # AutoGen's max_turns counts the speakers' turns; a workflow's calls are twice that (a selector call each).
+    plan = Plan(graph={a: tuple(b) for a, b in graph.items()}, max_turns=2 * MAX_TURNS)
+    return assemble(FAMILY, description, cfg, conversations, graph, rng, plan)

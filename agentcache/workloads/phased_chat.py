@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from agentcache.trace import Segment, Trace
+from agentcache.trace import Plan, Segment, Trace
 from agentcache.workloads.common import (
     Agent,
     Conversation,
@@ -85,20 +85,38 @@ class _Run:
         self.conv, self.agents, self.templates = conv, agents, templates
         self.task = conv.context[0]
         self.results: dict[str, Segment] = {}
+        self.last = ""  # the phase that ran last, and its roles that spoke
+        self.spoke: set[str] = set()
 
     def phase(self, name: str) -> None:
-        """Chat through phase `name`: a fresh context and history, alternating turns, the assistant's last."""
+        """Chat through phase `name`: a fresh context and history, alternating turns, the assistant's last. With
+        the `hints` knob the chat chain tells each next speaker within the phase once the turn before is out."""
         conv, phase = self.conv, PHASES[name]
         instructions = Segment(f"phase/{conv.workflow}/{name}", self.task.tokens + self.templates[name])
         conv.context = [self.task, instructions, *(self.results[r] for r in phase.reads)]
         conv.history = []
-        for _ in range(conv.rng.randint(1, MAX_EXCHANGES) - 1):
+        exchanges = conv.rng.randint(1, MAX_EXCHANGES) - 1
+        for _ in range(exchanges):
             conv.call(self.agents[phase.assistant])
+            conv.decided(phase.instructor)
             conv.call(self.agents[phase.instructor])
+            conv.decided(phase.assistant)
         writes_code = phase.result == "code"
         output = jitter(conv.rng, conv.cfg.output_tokens * CODE_OUTPUT_FACTOR, 0.5) if writes_code else None
         final = conv.call(self.agents[phase.assistant], output=output)
         self.results[phase.result] = Segment(final.output_id, final.output)
+        self.last = name
+        self.spoke = {phase.assistant, phase.instructor} if exchanges else {phase.assistant}
+
+    def then(self, name: str) -> None:
+        """With the `hints` knob: phase `name` comes next, as the chain decided once the last phase's result was
+        out. Its assistant speaks next; where the chain cannot come back to the last phase from `name`, the
+        contexts of its roles that spoke are done (each role's next call, if any, starts from another phase's
+        instructions)."""
+        conv = self.conv
+        conv.decided(PHASES[name].assistant)
+        if self.last not in phases_from(name):
+            conv.finished(*sorted(self.spoke))
 
     def run_tests(self, attempt: int) -> None:
         """Run the code: the report is a segment the test phases read."""
@@ -107,6 +125,17 @@ class _Run:
             f"test-report/{conv.workflow}/{attempt}", jitter(conv.rng, conv.cfg.tool_tokens, 0.6)
         )
         conv.ts += conv.rng.expovariate(1.0 / conv.cfg.tool_s)
+
+
+def phases_from(name: str) -> set[str]:
+    """Phase `name` and every phase the chain may reach from it."""
+    seen, todo = set(), [name]
+    while todo:
+        phase = todo.pop()
+        if phase not in seen:
+            seen.add(phase)
+            todo.extend(NEXT_PHASES[phase])
+    return seen
 
 
 def role_graph() -> dict[str, list[str]]:
@@ -129,19 +158,32 @@ def generate(cfg: GenConfig) -> Trace:
     conversations = start_conversations(FAMILY, cfg, rng, default_rebuild=DEFAULT_REBUILD)
     for conv in conversations:
         run = _Run(conv, agents, templates)
-        for name in ("demand-analysis", "language-choice", "coding"):
-            run.phase(name)
-        for _ in range(MAX_REVIEW_ROUNDS):
+        run.phase("demand-analysis")
+        # The chain's phase order is fixed; where it branches, the phase's last answer (issues found or not, bugs
+        # left or not) decides, known once it is out.
+        run.then("language-choice")
+        run.phase("language-choice")
+        run.then("coding")
+        run.phase("coding")
+        run.then("review-comment")
+        for review in range(1, MAX_REVIEW_ROUNDS + 1):
             run.phase("review-comment")
             if conv.rng.random() >= p_issue:
                 break
+            run.then("review-modification")
             run.phase("review-modification")
+            if review < MAX_REVIEW_ROUNDS:
+                run.then("review-comment")
+        run.then("test")
         for attempt in range(1, MAX_TEST_ROUNDS + 1):
             run.run_tests(attempt)
             run.phase("test")
             if attempt == MAX_TEST_ROUNDS or conv.rng.random() >= p_issue:
                 break
+            run.then("test-modification")
             run.phase("test-modification")
+            run.then("test")
+        run.then("documentation")
         run.phase("documentation")
         conv.end()
     description = (
@@ -149,4 +191,14 @@ def generate(cfg: GenConfig) -> Trace:
         f" at most {MAX_REVIEW_ROUNDS} rounds), test (bugs p={p_issue}, at most {MAX_TEST_ROUNDS} runs),"
         f" documentation; prompts rebuilt with p={rebuild}"
     )
-    return assemble(FAMILY, description, cfg, conversations, role_graph(), rng)
+    return assemble(FAMILY, description, cfg, conversations, role_graph(), rng, chain_plan())
+
+
+def chain_plan() -> Plan:
+    """The chat chain as its framework declares it: the phases in order (the loops' phases once each), each with
+    its two roles, and the most calls a run makes."""
+    order = ["demand-analysis", "language-choice", "coding", "review-comment", "review-modification", "test"]
+    order += ["test-modification", "documentation"]
+    chain = tuple((name, tuple(dict.fromkeys((PHASES[name].assistant, PHASES[name].instructor)))) for name in order)
+    phases = 3 + 2 * MAX_REVIEW_ROUNDS + 2 * MAX_TEST_ROUNDS - 1 + 1
+    return Plan(chain=chain, max_turns=phases * (2 * MAX_EXCHANGES - 1))

@@ -15,7 +15,9 @@ a test suite in tens of seconds and sometimes minutes, a deployment in minutes),
 policy win; the `tool_s` knob is not read. A tool's result is `result` times the `tool_tokens` knob, +-60%.
 
 `held_out`: other workers with other tools, durations and result sizes (an analyst and an operator), for
-checking that what a policy learns on the default carries over.
+checking that what a policy learns on the default carries over. `hints`: the graph and the most calls as the
+plan, and the next caller once an answer is out (the worker after asking for a tool, the reviewer after the
+worker's last answer).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import random
 from statistics import NormalDist
 from typing import NamedTuple
 
-from agentcache.trace import Segment, ToolEnd, ToolStart, Trace
+from agentcache.trace import Plan, Segment, ToolEnd, ToolStart, Trace
 from agentcache.workloads.common import (
     Agent,
     Conversation,
@@ -107,13 +109,16 @@ def generate(cfg: GenConfig) -> Trace:
         worker = agents[conv.rng.choice(workers)]
         for step in range(MAX_TOOL_CALLS):
             conv.call(worker)  # its answer asks for a tool
+            conv.decided(worker.name)  # the tool's result goes back to it
             call_tool(conv, worker, conv.rng.choice(tools[worker.name]))
             if step == MAX_TOOL_CALLS - 1 or conv.rng.random() >= p_again:
                 break
         conv.call(worker)  # the answer, with no tool
+        conv.decided(REVIEWER)
         conv.call(agents[REVIEWER])
         conv.end()
     graph = {**{w: [w, REVIEWER] for w in workers}, REVIEWER: []}
+    plan = Plan(graph={a: tuple(b) for a, b in graph.items()}, max_turns=MAX_TOOL_CALLS + 2)
     kinds = "; ".join(
         f"{w}: " + ", ".join(f"{t.name} (median {t.median_s:g} s, shape {t.shape:g})" for t in tools[w])
         for w in workers
@@ -123,4 +128,4 @@ def generate(cfg: GenConfig) -> Trace:
         f" calls (another tool call with p={p_again}, at most {MAX_TOOL_CALLS}), each call re-sending its prompt,"
         f" answer and the tool's result; a reviewer reads the history; log-normal tool durations: {kinds}"
     )
-    return assemble(FAMILY, description, cfg, conversations, graph, rng)
+    return assemble(FAMILY, description, cfg, conversations, graph, rng, plan)
