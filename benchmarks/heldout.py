@@ -6,8 +6,11 @@ The suite's figures come from one seed per family, the one used while the polici
 replays the same families generated with seeds 11, 22 and 33 (never used in development), at 4x, 8x
 and 16x each trace's mean prompt, with lru, every SGLang built-in, pbkv and the offline reference, and
 reports per point pbkv's margin over the best built-in and the share of the LRU-to-offline-reference
-gap it closes; beside it pbkv with a forecaster trained beforehand on the same family, with perfect
-forecasts, and with perfect forecasts and reads. Writes docs/results/heldout.md and docs/results/heldout.json.
+gap it closes; beside it pbkv with the plan (the trace generated with the `hints` knob: the plan and the next
+and agent_done events its framework would send; every other column replays it without them), with a forecaster
+trained beforehand on the same family, with perfect forecasts, and with perfect forecasts and reads. Writes
+docs/results/heldout.md and docs/results/heldout.json. `--only` reruns some families and keeps the other
+families' rows from the last run, each row saying the commit that measured it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import statistics
 from dataclasses import replace
 
 from ladder import replay_point
-from pages import progress, save, template
-from suite import CAPACITY_FACTORS, GENERATED, generated
+from pages import load, progress, save, template
+from suite import CAPACITY_FACTORS, GENERATED, mean_prompt
 
 from agentcache.policy.pbkv import default_forecaster
 from agentcache.policy.spec import BUILTINS
@@ -42,19 +45,22 @@ def run(families: list[str]) -> list[dict]:
         for family in families:
             training = generate(family, TRAINING)
             for seed in SEEDS:
-                generated_trace = generated(family, seed)
-                prepared = PreparedTrace(generated_trace.trace)
-                for capacity in generated_trace.capacities:
+                hinted = generate(family, replace(GENERATED, seed=seed, hints=True))
+                trace = hinted.without(["next", "plan"])  # the same requests and ends, as generated without hints
+                prepared, told_plan = PreparedTrace(trace), PreparedTrace(hinted)
+                for capacity in (int(mean_prompt(trace) * f) for f in CAPACITY_FACTORS):
                     results, best = replay_point(prepared, capacity, POLICIES)
                     hit = {p: r.hit_rate for p, r in results.items()}
-                    oracle = PredictorSpec.parse("oracle").build(trace=generated_trace.trace)
+                    planned = replay_policy(told_plan, "pbkv", capacity)
+                    fill_gap_closed([results["lru"], results["belady"], planned])
+                    oracle = PredictorSpec.parse("oracle").build(trace=trace)
                     perfect = replay_policy(prepared, "pbkv", capacity, predictor=oracle)
                     fill_gap_closed([results["lru"], results["belady"], perfect])
                     told = replay_policy(
                         prepared,
                         "pbkv",
                         capacity,
-                        predictor=PredictorSpec.parse("oracle").build(trace=generated_trace.trace),
+                        predictor=PredictorSpec.parse("oracle").build(trace=trace),
                         told_reads=True,
                     )
                     fill_gap_closed([results["lru"], results["belady"], told])
@@ -71,6 +77,9 @@ def run(families: list[str]) -> list[dict]:
                             "best_builtin": best,
                             "margin": hit["pbkv"] - hit[best],
                             "gap_closed": results["pbkv"].gap_closed,
+                            "with_plan": planned.hit_rate,
+                            "with_plan_gap_closed": planned.gap_closed,
+                            "with_plan_margin": planned.hit_rate - hit[best],
                             "perfect_forecasts": perfect.hit_rate,
                             "perfect_forecasts_gap_closed": perfect.gap_closed,
                             "trained_forecaster": trained.hit_rate,
@@ -100,10 +109,12 @@ def markdown(rows: list[dict], command: str) -> str:
         ),
         "",
         "| family | points | pbkv >= best built-in | worst margin (pts) | median margin (pts) "
-        "| gap closed >= 80% (dynamic families) | lowest gap closed | with a trained forecaster: >= 80% (dynamic) "
+        "| gap closed >= 80% (dynamic families) | lowest gap closed "
+        "| with the plan: >= best built-in | >= 80% (dynamic) | lowest "
+        "| with a trained forecaster: >= 80% (dynamic) "
         "| lowest | with perfect forecasts: >= 80% (dynamic) | lowest "
         "| with perfect forecasts and reads: >= 80% (dynamic) | lowest |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == family]
@@ -111,14 +122,17 @@ def markdown(rows: list[dict], command: str) -> str:
         closed = [r["gap_closed"] for r in mine if r["gap_closed"] is not None]
         enough = f"{sum(c >= 0.8 for c in closed)} of {len(closed)}" if family in DYNAMIC_FAMILIES else "n/a"
         lowest = f"{min(closed):.1%}" if closed else "n/a"
-        others = []
+        planned = [r for r in mine if r.get("with_plan") is not None]
+        others = [f"{sum(r['with_plan_margin'] >= -1e-9 for r in planned)} of {len(planned)}" if planned else "n/a"]
         for column in (
+            "with_plan_gap_closed",
             "trained_forecaster_gap_closed",
             "perfect_forecasts_gap_closed",
             "perfect_forecasts_and_reads_gap_closed",
         ):
-            values = [r[column] for r in mine if r[column] is not None]
-            others.append(f"{sum(c >= 0.8 for c in values)} of {len(values)}" if family in DYNAMIC_FAMILIES else "n/a")
+            values = [r[column] for r in mine if r.get(column) is not None]
+            enough = family in DYNAMIC_FAMILIES and values
+            others.append(f"{sum(c >= 0.8 for c in values)} of {len(values)}" if enough else "n/a")
             others.append(f"{min(values):.1%}" if values else "n/a")
         lines.append(
             f"| {family} | {len(mine)} | {sum(m >= -1e-9 for m in margins)} | {min(margins):+.2f} "
@@ -129,15 +143,18 @@ def markdown(rows: list[dict], command: str) -> str:
         "Every point:",
         "",
         "| family | seed | capacity | lru | best built-in | pbkv | offline reference | margin (pts) | gap closed "
-        "| pbkv, trained forecaster | gap closed | pbkv, perfect forecasts | gap closed "
-        "| pbkv, perfect forecasts and reads | gap closed |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| pbkv with the plan | gap closed | pbkv, trained forecaster | gap closed | pbkv, perfect forecasts "
+        "| gap closed | pbkv, perfect forecasts and reads | gap closed |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         hit = r["hit_rate"]
         closed = "" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}"
         variants = []
-        for name in ("trained_forecaster", "perfect_forecasts", "perfect_forecasts_and_reads"):
+        for name in ("with_plan", "trained_forecaster", "perfect_forecasts", "perfect_forecasts_and_reads"):
+            if r.get(name) is None:  # a row from a run before the column existed
+                variants.append("— | —")
+                continue
             gap = r[f"{name}_gap_closed"]
             variants.append(f"{r[name]:.1%} | {'' if gap is None else f'{gap:.1%}'}")
         lines.append(
@@ -145,6 +162,15 @@ def markdown(rows: list[dict], command: str) -> str:
             f"{hit[r['best_builtin']]:.1%} | {hit['pbkv']:.1%} | {hit['belady']:.1%} | {r['margin'] * 100:+.2f} | {closed} "
             f"| {' | '.join(variants)} |"
         )
+    carried = sorted({(r["commit"], r["family"]) for r in rows if r.get("commit")})
+    if carried:
+        commits = sorted({commit for commit, _ in carried})
+        lines += [
+            "",
+            "Rows carried from an earlier run (`--only` reran the others): "
+            + "; ".join(f"{', '.join(f for c, f in carried if c == commit)} at commit `{commit}`" for commit in commits)
+            + ". A dash: that run had no such column.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +183,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated families (default: all)")
     args = parser.parse_args()
-    save("heldout", page_of, {"rows": run(args.only.split(",") if args.only else list(FAMILIES))})
+    families = args.only.split(",") if args.only else list(FAMILIES)
+    rows = run(families)
+    if args.only:  # the other families as the last run measured them, each row with its commit
+        last = load("heldout")
+        kept = [{**r, "commit": r.get("commit") or last["commit"]} for r in last["rows"] if r["family"] not in families]
+        order = list(dict.fromkeys([*(r["family"] for r in last["rows"]), *families]))
+        rows = sorted(kept + rows, key=lambda r: order.index(r["family"]))
+    save("heldout", page_of, {"rows": rows})
 
 
 if __name__ == "__main__":
