@@ -8,6 +8,10 @@ different sizes a strong heuristic, not a proven optimum, and an online policy
 can beat it) and the unlimited cache (what no eviction at all would hit: the
 ceiling).
 
+Beside pbkv, on the generated families: pbkv with the plan (the same trace generated with the `hints` knob,
+with the plan and the next and agent_done events its framework would send; every other column replays it
+without them).
+
 Writes docs/results/benchmarks.md (tables), docs/results/benchmarks.json (every run),
 docs/results/img/ladder-<trace>.png (hit rate over time at the tightest capacity) and,
 on a full run, the summary table in README.md. `--readme` rewrites only that
@@ -18,16 +22,19 @@ from __future__ import annotations
 
 import argparse
 import platform
+from dataclasses import replace
 
 from pages import RESULTS, ROOT, load, progress, save, template, write_between_markers
-from suite import suite
+from suite import GENERATED, suite
 
 from agentcache.policy.spec import BUILTINS
 from agentcache.replay.report import plot_timeline
 from agentcache.replay.results import UNLIMITED, ReplayResult
 from agentcache.replay.runner import PreparedTrace, ceiling, fill_gap_closed, replay_policy
+from agentcache.workloads import generate
 
 OURS = ["lru", "lifecycle", "kvflow", "cachescout", "pbkv-paper", "pbkv", "belady"]
+PLANNED = "pbkv with the plan"  # pbkv on a generated trace with its hints (every other column: without them)
 
 
 def replay_point(prepared: PreparedTrace, capacity: int, policies: list[str]) -> tuple[dict[str, ReplayResult], str]:
@@ -42,7 +49,8 @@ def run(only: list[str] | None) -> list[tuple[str, list[ReplayResult]]]:
     traces = list(suite(only))
     policies = [*OURS, *BUILTINS]
     out = []
-    with progress("ladder", sum(len(t.trace.requests) * len(t.capacities) * len(policies) for t in traces)) as bar:
+    runs = sum(len(t.trace.requests) * len(t.capacities) * (len(policies) + (not t.real)) for t in traces)
+    with progress("ladder", runs) as bar:
         for st in traces:
             prepared = PreparedTrace(st.trace)
             results = [
@@ -50,6 +58,11 @@ def run(only: list[str] | None) -> list[tuple[str, list[ReplayResult]]]:
                 for capacity in st.capacities
                 for name in policies
             ]
+            if not st.real:  # the same trace with its hints, as the family's framework would send them
+                told_plan = PreparedTrace(generate(st.name, replace(GENERATED, hints=True)))
+                for capacity in st.capacities:
+                    planned = replay_policy(told_plan, "pbkv", capacity, on_request=bar.advance)
+                    results.append(replace(planned, policy=PLANNED))
             fill_gap_closed(results)
             results += ceiling(prepared, st.capacities)
             out.append((st.name, results))
@@ -90,7 +103,13 @@ def markdown(runs: list[tuple[str, list[ReplayResult]]], command: str) -> str:
         ),
         "",
     ]
-    header = ["trace", "capacity", *OURS, UNLIMITED, "best built-in", "pbkv vs best built-in", "pbkv GPU time vs lru"]
+    # pbkv with the plan beside pbkv, where the run measured it (a page made before it existed has none)
+    ours = (
+        OURS[:]
+        if not any(r.policy == PLANNED for _, results in runs for r in results)
+        else OURS[:-1] + [PLANNED, "belady"]
+    )
+    header = ["trace", "capacity", *ours, UNLIMITED, "best built-in", "pbkv vs best built-in", "pbkv GPU time vs lru"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, results in runs:
         for capacity in sorted({r.capacity for r in results}):
@@ -98,9 +117,16 @@ def markdown(runs: list[tuple[str, list[ReplayResult]]], command: str) -> str:
             # the built-ins a run had (a page made before SGLang's session cache joined BUILTINS has fewer)
             builtins = [by[b] for b in BUILTINS if b in by]
             builtin = max(builtins, key=lambda r: r.hit_rate)
-            online = [by[p] for p in OURS if p != "belady"] + builtins
+            online = [by[p] for p in ours if p != "belady" and p in by] + builtins
             best = max(r.hit_rate for r in online)
-            cells = [f"**{cell(by[p])}**" if p != "belady" and by[p].hit_rate == best else cell(by[p]) for p in OURS]
+            cells = [
+                "—"
+                if p not in by
+                else f"**{cell(by[p])}**"
+                if p != "belady" and by[p].hit_rate == best
+                else cell(by[p])
+                for p in ours
+            ]
             cells.append(cell(by[UNLIMITED]))
             delta = by["pbkv"].hit_rate - builtin.hit_rate
             speed = by["lru"].modelled_latency_s / by["pbkv"].modelled_latency_s
@@ -119,9 +145,12 @@ README = ROOT / "README.md"
 def readme_table(rows: list[dict]) -> str:
     """The README's summary: LRU, the best built-in, pbkv, the offline reference and the ceiling, from
     docs/results/benchmarks.json's runs."""
+    planned = any(r["policy"] == PLANNED for r in rows)  # a run made before the column existed has none
     lines = [
-        "| trace | capacity | lru | best built-in | pbkv | offline reference | unlimited cache |",
-        "|---|---|---|---|---|---|---|",
+        "| trace | capacity | lru | best built-in | pbkv |"
+        + (f" {PLANNED} |" if planned else "")
+        + " offline reference | unlimited cache |",
+        "|---|---|---|---|---|" + ("---|" if planned else "") + "---|---|",
     ]
     points = dict.fromkeys((r["trace"], r["capacity"]) for r in rows)
     below = []
@@ -130,9 +159,12 @@ def readme_table(rows: list[dict]) -> str:
         builtin = max((by[b] for b in BUILTINS), key=lambda r: r["hit_rate"])
         pbkv = by["pbkv"]
         gap = "" if pbkv["gap_closed"] is None else f" ({pbkv['gap_closed']:+.0%})"
+        told = by.get(PLANNED)
+        with_plan = "" if not planned else " — |" if told is None else f" {told['hit_rate']:.1%} |"
         lines.append(
             f"| {trace} | {capacity} | {by['lru']['hit_rate']:.1%} | {builtin['policy']} {builtin['hit_rate']:.1%}"
-            f" | **{pbkv['hit_rate']:.1%}**{gap} | {by['belady']['hit_rate']:.1%} | {by[UNLIMITED]['hit_rate']:.1%} |"
+            f" | **{pbkv['hit_rate']:.1%}**{gap} |{with_plan} {by['belady']['hit_rate']:.1%}"
+            f" | {by[UNLIMITED]['hit_rate']:.1%} |"
         )
         if pbkv["hit_rate"] < builtin["hit_rate"]:
             below.append(

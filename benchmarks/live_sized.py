@@ -8,7 +8,9 @@ request and no output re-sent as the model wrote it (`agentcache.bench.as_served
 requests or so, what a policy learns online rests on little evidence, and a policy that wins at full
 size can lose here, so this replays that regime through SGLang's radix cache: every family at seeds 1
 to 8 (seed 7 is the live bench's), at 2x, 4x and 8x the mean prompt, with lru, every SGLang built-in,
-pbkv and the offline reference. Writes docs/results/live-sized.md and docs/results/live-sized.json.
+pbkv and the offline reference; beside pbkv, pbkv with the plan (the same workload generated with the
+`hints` knob: the plan and the next and agent_done events its framework would send; every other column
+replays it without them). Writes docs/results/live-sized.md and docs/results/live-sized.json.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from suite import mean_prompt
 
 from agentcache.bench.workload import BENCH_WORKFLOWS, MAX_NEW_TOKENS, TOKEN_SCALE, as_served
 from agentcache.policy.spec import BUILTINS
-from agentcache.replay.runner import PreparedTrace
+from agentcache.replay.runner import PreparedTrace, replay_policy
 from agentcache.workloads import FAMILIES, GenConfig, generate
 
 SEEDS = tuple(range(1, 9))
 CAPACITY_FACTORS = (2, 4, 8)
 POLICIES = ["lru", "pbkv", "belady", *BUILTINS]
+PLANNED = "pbkv with the plan"  # pbkv on the workload with its hints (the other columns: without them)
 
 
 def run(families: list[str], policies: list[str]) -> list[dict]:
@@ -35,13 +38,15 @@ def run(families: list[str], policies: list[str]) -> list[dict]:
     with progress("live-sized workloads", len(families) * len(SEEDS) * len(CAPACITY_FACTORS)) as bar:
         for family in families:
             for seed in SEEDS:
-                trace = as_served(generate(family, GenConfig(workflows=BENCH_WORKFLOWS, seed=seed)))
-                prepared = PreparedTrace(trace)
+                hinted = as_served(generate(family, GenConfig(workflows=BENCH_WORKFLOWS, seed=seed, hints=True)))
+                trace = hinted.without(["next", "plan"])  # the same requests and ends, as generated without hints
+                prepared, told_plan = PreparedTrace(trace), PreparedTrace(hinted)
                 mean = mean_prompt(trace)
                 for factor in CAPACITY_FACTORS:
                     capacity = int(mean * factor)
                     results, best = replay_point(prepared, capacity, POLICIES + policies)
                     hit = {p: r.hit_rate for p, r in results.items()}
+                    hit[PLANNED] = replay_policy(told_plan, "pbkv", capacity).hit_rate
                     rows.append(
                         {
                             "family": family,
@@ -59,6 +64,8 @@ def run(families: list[str], policies: list[str]) -> list[dict]:
 
 
 def markdown(rows: list[dict], command: str, extra: list[str]) -> str:
+    # pbkv with the plan beside pbkv, where the run measured it (a page made before it existed has none)
+    extra = [PLANNED, *extra] if all(PLANNED in r["hit_rate"] for r in rows) else extra
     lines = [
         "# Live-sized workloads: the replay of what a live bench serves",
         "",
