@@ -162,8 +162,8 @@ def markdown(rows: list[dict], command: str, base: str | None = None) -> str:
             "perfect_forecasts_and_reads_gap_closed",
         ):
             values = [r[column] for r in mine if r.get(column) is not None]
-            enough = family in DYNAMIC_FAMILIES and values
-            others.append(f"{sum(c >= 0.8 for c in values)} of {len(values)}" if enough else "n/a")
+            counted = family in DYNAMIC_FAMILIES and values
+            others.append(f"{sum(c >= 0.8 for c in values)} of {len(values)}" if counted else "n/a")
             others.append(f"{min(values):.1%}" if values else "n/a")
         lines.append(
             f"| {family} | {len(mine)} | {sum(m >= -1e-9 for m in margins)} | {min(margins):+.2f} "
