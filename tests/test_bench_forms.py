@@ -156,3 +156,25 @@ def test_forms_are_parsed_and_named_and_plain_sglang_runs_keep_ours(monkeypatch,
         ("pbkv", OURS),
         ("lru", OURS),
     ]
+
+
+def test_the_warm_up_asks_again_while_sglang_says_a_request_is_still_running():
+    """SGLang answered the warm-up's last request before its scheduler let it go, and refused /flush_cache (400,
+    "Cache not flushed because there are pending requests"): the bench stopped with that 400."""
+    import httpx
+
+    from agentcache.bench.runner import flush_cache
+
+    answers = iter([400, 400, 200])
+    seen = []
+
+    def flush(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(next(answers))
+
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(flush)) as client:
+        flush_cache(client)
+        assert seen == ["/flush_cache"] * 3
+        answers = iter([400] * 100)
+        with pytest.raises(httpx.HTTPStatusError):
+            flush_cache(client, wait_s=0.2)

@@ -7,6 +7,7 @@ import functools
 import json
 import random
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ DEFAULT_POLICIES = "lru,lfu,session-lfu,pbkv"
 # On CPU the engine runs one torch thread: with one per core, a run's timing hinged on whether any other
 # process held a core (a spinning thread waiting for a descheduled one made single runs up to 15x slower).
 ENGINE_CPU_THREADS = 1
+FLUSH_WAIT_S = 30.0  # for the server to let the warm-up's last request go before it empties its cache
 CAPACITY_FACTOR = 10  # default KV capacity: this many mean prompts (with requests in flight holding theirs, tight)
 
 
@@ -119,7 +121,19 @@ def warm_up(base_url: str, headers: dict[str, str], vocab_size: int, prompt_toke
                     f"the server refused a warm-up request of {len(ids):,} tokens (HTTP {answer.status_code}):"
                     f" {answer.text.strip()[:500]}"
                 )
-        client.post("/flush_cache").raise_for_status()
+        flush_cache(client)
+
+
+def flush_cache(client: httpx.Client, wait_s: float = FLUSH_WAIT_S) -> None:
+    """Empty the server's cache. SGLang refuses (400) while a request is still running, and its last answer
+    can come back a moment before the scheduler lets the request go: ask again until it flushes."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        answer = client.post("/flush_cache")
+        if answer.status_code != 400 or time.monotonic() > deadline:
+            answer.raise_for_status()
+            return
+        time.sleep(0.1)
 
 
 # (base_url, headers, spec) -> every answer and the completion time; a runner that takes `form=` (a ClientForm)
