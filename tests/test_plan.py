@@ -16,7 +16,7 @@ from agentcache.replay.engine import ReplayCache
 from agentcache.replay.serving import serve_trace
 from agentcache.replay.tokens import TokenCodec
 from agentcache.tags import Tags, WorkflowKey
-from agentcache.trace import AgentDone, End, Meta, Next, Plan, Request, Segment, Trace, write_trace
+from agentcache.trace import AgentDone, End, Meta, Next, Plan, Request, Segment, ToolStart, Trace, write_trace
 from agentcache.workloads import GenConfig, generate
 
 W1 = WorkflowKey("", "w1")
@@ -212,3 +212,18 @@ def test_pbkv_replays_a_trace_without_its_hints_as_the_same_trace_generated_with
     without = runner.replay_policy(runner.PreparedTrace(hinted.without(["next", "plan"])), "pbkv", capacity)
     assert without.hit_tokens == runner.replay_policy(runner.PreparedTrace(plain), "pbkv", capacity).hit_tokens
     assert runner.replay_policy(runner.PreparedTrace(hinted), "pbkv", capacity).hit_tokens != without.hit_tokens
+
+
+def test_a_pause_says_more_than_a_next_event_for_the_agent_waiting_on_its_tool():
+    """The framework tells that the coder calls next, then the coder's tool starts: the pause values the coder's
+    path as it would without the next event (its certain call, not the told forecast's more)."""
+
+    def paused_values(told: bool) -> dict:
+        scene = Scene()
+        scene.coder(0.0)
+        if told:
+            runner.hear_hint(scene.policy, Next(1.0, "w1", ("coder",)), 1.0)
+        runner.hear_hint(scene.policy, ToolStart(1.0, "w1", "coder", "run_tests"), 1.0)
+        return dict(scene.policy.forecasts.values[W1])
+
+    assert paused_values(told=True) == paused_values(told=False) == {"coder": 1.0}

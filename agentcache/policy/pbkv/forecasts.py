@@ -25,8 +25,10 @@ class Forecasts:
         # workflow -> v_w(a), refreshed on its transitions; workflows at the same point share one (read-only)
         self.values: dict[WorkflowKey, dict[str, float]] = {}
         self.next: dict[WorkflowKey, dict[str, float]] = {}  # workflow -> P_w^(1)(a), for prefetching (shared)
-        # workflow -> its forecast's values, while `values` holds those of its pause (paused)
+        # workflow -> its forecast's values, while `values` holds those of its pause (paused) or of what its
+        # framework told (told)
         self._unpaused: dict[WorkflowKey, dict[str, float]] = {}
+        self._untold: dict[WorkflowKey, dict[str, float]] = {}
         # each forecast's v(a) and P^(1)(a), read once for every workflow at the same point
         self._read: PerForecast[tuple[dict[str, float], dict[str, float]]] = PerForecast(MAX_READ_FORECASTS)
 
@@ -47,10 +49,14 @@ class Forecasts:
         self.values[state.id], self.next[state.id] = read
         if self._unpaused:
             self._unpaused.pop(state.id, None)
+        if self._untold:
+            self._untold.pop(state.id, None)
 
     def told(self, state: WorkflowState, agents: tuple[str, ...], prior: Prior | None = None) -> None:
         """The app's framework decided that one of `agents` makes the workflow's next call: that step is theirs,
-        equally, and the steps after it are what the forecast says from each, until the call arrives (moved)."""
+        equally, and the steps after it are what the forecast says from each, until the call arrives (moved). A
+        pause of the workflow says more (its agent calls next, when its tool returns): it reads the forecast's
+        own values (paused)."""
         share = 1.0 / len(agents)
         rows: list[dict[str, float]] = [dict.fromkeys(agents, share)]
         for agent in agents:
@@ -64,7 +70,9 @@ class Forecasts:
                 into = rows[k]
                 for a, p in row.items():
                     into[a] = into.get(a, 0.0) + share * p
-        self._unpaused.pop(state.id, None)
+        own = self._unpaused.pop(state.id, None) or self._untold.get(state.id) or self.values.get(state.id)
+        if own is not None:
+            self._untold[state.id] = own
         self.values[state.id], self.next[state.id] = self.discounted(rows), next_of(rows)
 
     def paused(self, workflow: WorkflowKey, waiting: list[str]) -> None:
@@ -72,7 +80,7 @@ class Forecasts:
         worth at least the one call it makes for certain, v(a) = max(v_w(a), 1); the forecast's own values
         already count its return where the forecaster has learned it (raising them more valued paused paths
         above what they are read, measured). With none waiting, the forecast's own values again."""
-        own = self._unpaused.pop(workflow, None)
+        own = self._unpaused.pop(workflow, None) or self._untold.pop(workflow, None)
         if own is None:
             own = self.values.get(workflow)
             if own is None:  # not active
@@ -92,6 +100,7 @@ class Forecasts:
         self.values.pop(state.id, None)
         self.next.pop(state.id, None)
         self._unpaused.pop(state.id, None)
+        self._untold.pop(state.id, None)
 
     def discounted(self, rows: list[dict[str, float]]) -> dict[str, float]:
         """sum_k gamma^(k-1) row_k(a) for every agent a."""
