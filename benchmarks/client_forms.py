@@ -50,7 +50,9 @@ def verdict(summary: dict, label: str, ours: str = "pbkv") -> str:
     ]
     each = ", ".join(f"{x:.3f}x" for x in paired)
     return f"- {label}: {theirs / mine:.3f}x ours (median over median; per repetition {each}): " + (
-        "the same within the spread of repetitions." if same else "**outside** the spread of repetitions."
+        "the same within the spread of repetitions."
+        if same
+        else f"**{'fewer' if their_high < low else 'more'}** than ours, beyond the spread of repetitions."
     )
 
 

@@ -178,3 +178,22 @@ def test_the_warm_up_asks_again_while_sglang_says_a_request_is_still_running():
         answers = iter([400] * 100)
         with pytest.raises(httpx.HTTPStatusError):
             flush_cache(client, wait_s=0.2)
+
+
+def test_the_client_forms_page_is_its_figures():
+    """docs/results/client-forms.md is what benchmarks/client_forms.py writes from the JSON beside it, with our
+    run and one per form that ends its workflows."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import client_forms
+    from pages import unstamped
+
+    saved = json.loads((root / "docs/results/client-forms.json").read_text())
+    page, made = unstamped((root / "docs/results/client-forms.md").read_text())
+    assert client_forms.markdown(saved) == page
+    assert made == {"command": saved["command"], "commit": saved["commit"]}
+    assert list(saved["policies"]) == [run_label("pbkv", f) for f in parse_forms(client_forms.FORMS)]
+    assert all(FORMS[f].ending is not Ending.LEASE for f in client_forms.FORMS.split(","))
