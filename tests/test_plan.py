@@ -205,6 +205,18 @@ def test_the_plan_is_the_prior_of_an_apps_first_steps_and_its_turn_limit_caps_th
     assert 0.5 <= learned["b"] < 1.0, "one step out of a seen: the plan weighs as much as what was learned"
 
 
+def test_a_turn_limit_that_an_apps_workflow_outruns_caps_no_forecast_from_then_on():
+    """An AutoGen turn or a LangGraph superstep may hold several LLM calls: a limit of 2 turns, and a workflow makes
+    three calls. From then on the limit says nothing of how many calls are left, for any workflow of the app."""
+    policy = make_policy("pbkv")
+    policy.on_plan("app-1", Plan(order=("a", "b"), max_turns=2), 0.0)
+    for i, agent in enumerate("aba"):
+        policy.on_request(Tags(workflow="w1", agent=agent, app="app-1"), 1.0 + i)
+    policy.on_request(Tags(workflow="w2", agent="a", app="app-1"), 5.0)
+    policy.on_request(Tags(workflow="w2", agent="b", app="app-1"), 6.0)
+    assert policy.forecasts.values[WorkflowKey("", "w2")], "at the turn limit, still forecast: a call may follow"
+
+
 def test_pbkv_replays_a_trace_without_its_hints_as_the_same_trace_generated_without_them():
     plain = generate("phased-chat", GenConfig(workflows=12, seed=3))
     hinted = generate("phased-chat", GenConfig(workflows=12, seed=3, hints=True))

@@ -3,7 +3,9 @@
 The plan's rows (agentcache.predictor.plan) are blended with the learned ones, the plan weighing as one step out
 of the workflow's current agent against the steps out of it the app's workflows took since (1 / (1 + n):
 learning takes over as they teach it), and its turn limit makes every row past a workflow's last allowed call
-END.
+END, until a workflow of the app makes more calls than the limit: a framework's turn (an AutoGen speaker turn, a
+LangGraph superstep) may hold several LLM calls (a selector's, a tool loop's), so that limit bounds turns, not
+calls, and caps nothing from then on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Prior:
         self.coverage = coverage
         # agent the plan names -> the steps out of it the app's workflows took: what the forecaster learned of it
         self.seen: dict[str, int] = seen if seen is not None else {}
+        self.caps_calls = plan.max_turns is not None  # False once a workflow made more calls than the turn limit
 
     def moved(self, path: Sequence[str]) -> None:
         """A workflow of the app took a step (to the last agent of `path`)."""
@@ -35,7 +38,9 @@ class Prior:
         plan = self.plan
         agent = path[-1] if path else None
         self.coverage.count(plan, agent)
-        left = plan.calls_left(path)
+        left = plan.calls_left(path) if self.caps_calls else None
+        if left is None and self.caps_calls:
+            self.caps_calls = False  # this workflow went past the turn limit: it does not count LLM calls
         named = agent is None or plan.knows(agent)
         if not named and (left is None or left >= len(rows)):
             return rows
