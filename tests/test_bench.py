@@ -251,3 +251,33 @@ def test_the_workload_tells_each_server_where_workflows_end_its_own_way(lifecycl
         assert sorted(others, key=str) == sorted(((ends, {"session_id": w}) for w in workflows), key=str)
     else:
         assert sorted(path for path, _ in others) == sorted(ends.format(w) for w in workflows)
+
+
+@pytest.mark.parametrize("lifecycle", ["plugin", "sessions"])
+def test_the_workload_tells_the_plugin_its_plan_first_and_each_decision_at_its_time(lifecycle, recording_server):
+    """A family generated with its framework's hints: the plugin hears the plan before any request, under the app
+    every request then names, and each next and agent_done without a time, in its workflow's order; a server without
+    the plugin hears none of them."""
+    import asyncio
+
+    from agentcache.bench.workload import Lifecycle, TokenMaker, Workload
+    from agentcache.trace import AgentDone, Next
+
+    url, heard = recording_server
+    trace = generate("phased-chat", GenConfig(workflows=2, seed=1, hints=True))
+    decisions = [e for e in trace.events if isinstance(e, (Next, AgentDone))]
+    assert trace.meta.plan is not None and decisions
+    workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
+    asyncio.run(workload.drive(url, {}, lifecycle=Lifecycle(lifecycle)))
+    events = [event for path, body in heard if path == "/agentcache/v1/events" for event in body["events"]]
+    generated = [body for path, body in heard if path == "/generate"]
+    if lifecycle == "sessions":
+        assert events == [] and all("app" not in str(body) for body in generated)
+        return
+    assert events[0] == {"type": "plan", "app": "phased-chat", "plan": trace.meta.plan.to_json()}
+    assert heard[0][0] == "/agentcache/v1/events", "the plan comes before any request"
+    for workflow in {e.workflow for e in decisions}:  # workflows run side by side: each one's in its order
+        told = [e for e in events[1:] if e["type"] in ("next", "agent_done") and e["workflow"] == workflow]
+        ts_less = [{k: v for k, v in e.to_json().items() if k != "ts"} for e in decisions if e.workflow == workflow]
+        assert told == ts_less
+    assert {body["sampling_params"]["custom_params"]["agentcache"]["app"] for body in generated} == {"phased-chat"}

@@ -239,3 +239,11 @@ def test_a_pause_says_more_than_a_next_event_for_the_agent_waiting_on_its_tool()
         return dict(scene.policy.forecasts.values[W1])
 
     assert paused_values(told=True) == paused_values(told=False) == {"coder": 1.0}
+
+
+def test_pbkv_without_its_plan_ingredient_is_pbkv_with_the_hints_ignored():
+    hinted = generate("phased-chat", GenConfig(workflows=12, seed=3, hints=True))
+    capacity = 20_000
+    ignored = runner.replay_policy(runner.PreparedTrace(hinted.without(["next", "plan"])), "pbkv", capacity)
+    deaf = runner.replay_policy(runner.PreparedTrace(hinted), "pbkv/-plan", capacity)
+    assert deaf.hit_tokens == ignored.hit_tokens

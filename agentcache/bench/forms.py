@@ -32,11 +32,16 @@ class ClientForm:
     ending: Ending
     says: str  # what the form sends, in words (for --help)
 
-    def tag(self, body: dict[str, Any], workflow: str, agent: str, fixed_tokens: int, final: bool) -> dict[str, str]:
+    def tag(
+        self, body: dict[str, Any], workflow: str, agent: str, fixed_tokens: int, final: bool, app: str | None = None
+    ) -> dict[str, str]:
         """Put the request's workflow and agent into `body` (a /generate body) as this form does; the headers to
-        send with it. `final`: the workflow's last request (the form's end where it ends so)."""
+        send with it. `final`: the workflow's last request (the form's end where it ends so); `app`: the app whose
+        plan it follows (ours alone says it)."""
         if self.name == OURS:
             tags = {"v": 1, "workflow": workflow, "agent": agent, "agent_name": agent, "fixed_tokens": fixed_tokens}
+            if app is not None:
+                tags["app"] = app
             body["sampling_params"]["custom_params"] = {"agentcache": tags}
             return {}
         if self.name == "sglang-session":

@@ -15,7 +15,7 @@ import httpx
 
 from agentcache.bench.forms import FORMS, OURS, ClientForm, Ending
 from agentcache.replay.results import calls_after_tools
-from agentcache.trace import End, Event, Request, ToolEvent, Trace
+from agentcache.trace import AgentDone, End, Event, Next, Request, ToolEvent, Trace
 
 # The default workload: a group chat (agents take turns on a shared, growing conversation), small enough to
 # run in minutes on 2 cores, sent fast enough that requests overlap and the cache is contended.
@@ -136,15 +136,18 @@ class Workload:
 
         With sessions, a workflow that never ends keeps its session open, as on a real server. The trace's tool
         events go to the plugin's events route at their times (a workflow's each after its call before it was
-        answered, as a client's come); a server without the plugin has no such route and hears none. On the
-        plugin, `form` names each request's workflow and agent, and ends the workflow, as that client's stack
-        does (agentcache/bench/forms.py); a form other than ours sends no tool events (it has no route for them)."""
+        answered, as a client's come); so do its plan (first, under the app its requests then name) and its next
+        and agent_done events; a server without the plugin has no such route and hears none. On the plugin, `form`
+        names each request's workflow and agent, and ends the workflow, as that client's stack does
+        (agentcache/bench/forms.py); a form other than ours sends no events (it has no route for them)."""
         after_tool = calls_after_tools(self.trace.events)
-        tools = lifecycle is Lifecycle.PLUGIN and form.name == OURS
-        by_workflow: dict[str, list[tuple[Request | End | ToolEvent, bool]]] = {}
+        told = lifecycle is Lifecycle.PLUGIN and form.name == OURS  # the events route hears the trace's events
+        plan = self.trace.meta.plan if told else None
+        app = (self.trace.meta.name or "bench") if plan is not None else None
+        by_workflow: dict[str, list[tuple[Request | End | ToolEvent | Next | AgentDone, bool]]] = {}
         requests = 0
         for e in self.trace.events:
-            if isinstance(e, ToolEvent) and not tools:
+            if isinstance(e, (ToolEvent, Next, AgentDone)) and not told:
                 continue
             by_workflow.setdefault(e.workflow, []).append((e, isinstance(e, Request) and requests in after_tool))
             requests += isinstance(e, Request)
@@ -162,14 +165,14 @@ class Workload:
                 if isinstance(e, End):
                     await end(client, base_url, e.workflow, lifecycle, form)
                     continue
-                if isinstance(e, ToolEvent):
-                    await tool_event(client, base_url, e)
+                if isinstance(e, (ToolEvent, Next, AgentDone)):
+                    await client_event(client, base_url, e.to_json())
                     continue
                 ids, fixed = self.tokens.prompt(e)
                 params = {"max_new_tokens": capped_output(e.output, self.max_new_tokens), "temperature": 0}
                 body: dict[str, Any] = {"input_ids": ids, "sampling_params": params}
                 tagging = form if lifecycle is Lifecycle.PLUGIN else FORMS[OURS]  # plain SGLang: as ever, our tags
-                headers = tagging.tag(body, e.workflow, e.agent, fixed, id(e) in finals)
+                headers = tagging.tag(body, e.workflow, e.agent, fixed, id(e) in finals, app)
                 if lifecycle is Lifecycle.SESSIONS:  # SGLang's radix-native session: the top-level id alone
                     body["session_id"] = e.workflow
                 sent_s = time.monotonic() - start
@@ -181,6 +184,8 @@ class Workload:
                     on_answer()
 
         async with httpx.AsyncClient(timeout=900, headers=headers) as client:
+            if plan is not None:
+                await client_event(client, base_url, {"type": plan.TYPE, "app": app, "plan": plan.to_json()})
             await asyncio.gather(*(run(client, events) for events in by_workflow.values()))
         return sent, last_answer - start
 
@@ -212,9 +217,10 @@ async def end(
         raise BenchError(f"{r.request.url} answered {r.status_code}: {r.text.strip()[:300]}")
 
 
-async def tool_event(client: httpx.AsyncClient, base_url: str, event: ToolEvent) -> None:
-    """A tool call's start or end, as the SDK tells the plugin (the server stamps its own clock on arrival)."""
-    body = {"events": [{"type": event.TYPE, "workflow": event.workflow, "agent": event.agent, "tool": event.tool}]}
+async def client_event(client: httpx.AsyncClient, base_url: str, event: dict[str, Any]) -> None:
+    """One of the trace's events (a tool call's start or end, a plan, next, agent_done) as the SDK tells the
+    plugin: without its time (the server stamps its own clock on arrival)."""
+    body = {"events": [{k: v for k, v in event.items() if k != "ts"}]}
     r = await client.post(f"{base_url}/agentcache/v1/events", json=body)
     if r.is_error:
         raise BenchError(f"{r.request.url} answered {r.status_code}: {r.text.strip()[:300]}")

@@ -50,6 +50,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         choices=sorted(FAMILIES),
         help=f"generate {BENCH_WORKFLOWS} workflows (or --workflows) of this family instead (default {BENCH_FAMILY})",
     )
+    p.add_argument(
+        "--hints",
+        action="store_true",
+        help="with --family: the generated workflows also carry what their framework would know (the plan, next and"
+        " agent_done events), sent to the plugin's events route; compare pbkv with pbkv/-plan",
+    )
     p.add_argument("--policy", default=DEFAULT_POLICIES, help="comma-separated (default %(default)s)")
     p.add_argument(
         "--client-form",
@@ -117,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workflows must be >= 1, got {args.workflows}")
     check_server_flags(args.port, args.capacity)
     check_output("--plot", args.plot)
+    if args.trace and args.hints:
+        raise UsageError("--hints generates a family's workflows with them (a trace file sends the ones it holds)")
     if args.trace:
         try:
             trace = read_trace(args.trace)
@@ -125,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         trace = first_workflows(trace, args.workflows)
     else:  # `--workflows` of the family's (plain chat: conversations, each turn a workflow of its own)
         family = args.family or BENCH_FAMILY
-        trace = generate(family, GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED))
+        cfg = GenConfig(workflows=args.workflows or BENCH_WORKFLOWS, seed=BENCH_SEED, hints=args.hints)
+        trace = generate(family, cfg)
     if not trace.requests:
         raise UsageError(f"{args.trace}: no requests to send")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="agentcache-bench-")

@@ -52,6 +52,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"the family's held-out variant: other agents, tools and durations ({', '.join(HELD_OUT_FAMILIES)})",
     )
+    p.add_argument(
+        "--hints",
+        action="store_true",
+        help="also write what the family's framework would know, when it would know it: the plan in the meta line,"
+        " next and agent_done events (issue 53)",
+    )
     p.set_defaults(run=run)
 
 
@@ -70,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             unended=args.unended,
             seed=args.seed,
             held_out=args.held_out,
+            hints=args.hints,
         )
         trace = generate(args.family, cfg)
     except ValueError as exc:

@@ -23,6 +23,7 @@ class Ingredients:
     pending: bool = True
     reuse: bool = True
     tools: bool = True
+    plan: bool = True  # the app's plan, `next` and `agent_done` (issue 53); off: as if none came
 
 
 DEFAULT = Ingredients()  # pbkv's own: every ingredient but cost
@@ -39,6 +40,7 @@ PAPER = Ingredients(
     pending=False,
     reuse=False,
     tools=False,
+    plan=False,
 )
 
 

@@ -183,13 +183,16 @@ class PBKVPolicy(CachePolicy):
         self.demand.update(state)
 
     def on_plan(self, app: str, plan: Plan, now: float) -> None:
-        self.hints.plan(app, plan, self.predictor.horizon)
+        if self.ingredients.plan:
+            self.hints.plan(app, plan, self.predictor.horizon)
 
     def on_next(self, workflow: WorkflowKey, agents: tuple[str, ...], now: float) -> None:
-        self.hints.told_next(workflow, agents, now)
+        if self.ingredients.plan:
+            self.hints.told_next(workflow, agents, now)
 
     def on_agent_done(self, workflow: WorkflowKey, agent: str, now: float) -> None:
-        self.hints.agent_done(workflow, agent)
+        if self.ingredients.plan:
+            self.hints.agent_done(workflow, agent)
 
     def on_workflow_retired(self, state: WorkflowState) -> None:
         self.hints.retired(state.id)
