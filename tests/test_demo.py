@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from agentcache.server_ext.launcher import free_port
-from agentcache.trace import ToolEnd, ToolStart, read_trace
+from agentcache.trace import Next, ToolEnd, ToolStart, read_trace
 
 pytestmark = pytest.mark.server
 
@@ -80,6 +80,14 @@ def test_the_demo_runs_workflows_through_the_server_and_reports_each_policy(tmp_
     ends = [e for e in trace.events if isinstance(e, ToolEnd)]
     assert starts and len(starts) == len(ends), (len(starts), len(ends))
     assert {(e.agent, e.tool) for e in starts} <= {("coder", "run_tests"), ("retriever", "search_web")}
+    # the apps' plans and routing decisions, told as a framework's would be: each decision names an agent the
+    # app's graph lets call next, and that agent makes the workflow's next call
+    assert trace.meta.plan is not None and trace.meta.plan.graph
+    nexts = [e for e in trace.events if isinstance(e, Next)]
+    assert nexts and {a for e in nexts for a in e.agents} <= {"reviewer", "verifier", "retriever"}
+    for decision in nexts:
+        after = [r for r in trace.requests if r.workflow == decision.workflow and r.ts >= decision.ts]
+        assert after and after[0].agent in decision.agents
 
 
 def test_the_demo_records_only_where_requests_are_tagged(tmp_path, capsys):

@@ -5,8 +5,10 @@ A code assistant whose coder runs the tests and reads their output until they pa
 reviewer) and a fact checker whose retriever searches and reads the results, hop after hop, before a verifier
 decides (and sometimes sends it back). Every call sends the agent's fixed prompt and the workflow's history so
 far, which grows with each answer and each tool's output; a tool's result goes back to the agent that called
-it, as in agent frameworks, and the SDK tells the plugin's server while the agent waits on it. The model is random-weight, so the apps' branches are decided by a seeded
-random generator: every policy sees exactly the same workflows.
+it, as in agent frameworks, and the SDK tells the plugin's server while the agent waits on it. Each app also
+tells the server what a framework would know (docs/usage.md): its graph of who may call after whom, once, and
+each routing decision as soon as it is made (`ac.next_agents`), never before. The model is random-weight, so the
+apps' branches are decided by a seeded random generator: every policy sees exactly the same workflows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ TOOLS = [
 # How long each tool runs, on average (each call 0.5x to 1.5x): a test suite takes far longer than a search, as in
 # real apps, so whose history is needed next depends on which tool each workflow waits for.
 TOOL_PAUSES_S = {"run_tests": 0.8, "search_web": 0.3}
+
+CODE_ASSISTANT, FACT_CHECKER = "code-assistant", "fact-checker"
+# Each app's graph, as its framework would declare it: the agents that may call after each one.
+GRAPHS = {
+    CODE_ASSISTANT: {"planner": ["coder"], "coder": ["coder", "reviewer"], "reviewer": []},
+    FACT_CHECKER: {"decomposer": ["retriever"], "retriever": ["retriever", "verifier"], "verifier": ["retriever"]},
+}
 
 # The SGLang session of the workflow running in this task (session-* runs only): each call carries it.
 _session: ContextVar[str | None] = ContextVar("agentcache_demo_session", default=None)
@@ -122,6 +131,8 @@ class DemoApps:
     async def code_assistant(self, seed: int) -> None:
         """planner -> coder, who runs the tests and reads their output until they pass (at most 3 runs) ->
         reviewer."""
+        import agentcache_sdk as ac
+
         rng = random.Random(seed)
         history = [{"role": "user", "content": "Task: " + _text(rng, self.task_words)}]
         history.append({"role": "assistant", "content": await self.chat("planner", history)})
@@ -130,12 +141,15 @@ class DemoApps:
             await self.tool(rng, history, "run_tests", "coder")
             history.append({"role": "assistant", "content": await self.chat("coder", history)})
             if attempt == 2 or rng.random() < 0.4:  # the tests passed
+                ac.next_agents("reviewer")  # the router's decision, made on the coder's answer
                 break
         history.append({"role": "assistant", "content": await self.chat("reviewer", history)})
 
     async def fact_checker(self, seed: int) -> None:
         """decomposer -> retriever, who searches and reads the results (each may call for another search) ->
         verifier, which may ask for more."""
+        import agentcache_sdk as ac
+
         rng = random.Random(seed)
         history = [{"role": "user", "content": "Claim: " + _text(rng, self.task_words)}]
         history.append({"role": "assistant", "content": await self.chat("decomposer", history)})
@@ -145,20 +159,24 @@ class DemoApps:
                 await self.tool(rng, history, "search_web", "retriever")
                 history.append({"role": "assistant", "content": await self.chat("retriever", history)})
                 if rng.random() < 0.5:
+                    ac.next_agents("verifier")
                     break
             history.append({"role": "assistant", "content": await self.chat("verifier", history)})
             if rng.random() < 0.6:  # enough evidence
                 break
+            ac.next_agents("retriever")
 
 
 @contextlib.asynccontextmanager
-async def as_workflow(lifecycle: Lifecycle, base_url: str, headers: dict[str, str]) -> AsyncIterator[None]:
-    """One app run as its server knows workflows: the SDK's workflow (agentcache: tagged calls, an end event at
-    the end), an SGLang session (each call carries its id; closed at the end), or nothing (plain SGLang)."""
+async def as_workflow(app: str, lifecycle: Lifecycle, base_url: str, headers: dict[str, str]) -> AsyncIterator[None]:
+    """One run of `app` as its server knows workflows: the SDK's workflow (agentcache: tagged calls, the app's
+    plan and decisions, an end event at the end), an SGLang session (each call carries its id; closed at the
+    end), or nothing (plain SGLang)."""
     import agentcache_sdk as ac
 
     if lifecycle is Lifecycle.PLUGIN:
-        async with ac.workflow(name="demo"):
+        async with ac.workflow(app=app):
+            ac.plan(graph=GRAPHS[app])  # sent once per app, with its first request
             yield
     elif lifecycle is Lifecycle.SESSIONS:
         session = f"demo-{uuid.uuid4().hex}"
@@ -189,8 +207,9 @@ async def run_workflows(
 
     async def one(i: int) -> None:
         async with semaphore:
-            app = apps.code_assistant if i % 2 == 0 else apps.fact_checker
-            async with as_workflow(lifecycle, base_url, headers or {}):
-                await app(seed * 1000 + i)
+            app = CODE_ASSISTANT if i % 2 == 0 else FACT_CHECKER
+            run = apps.code_assistant if app == CODE_ASSISTANT else apps.fact_checker
+            async with as_workflow(app, lifecycle, base_url, headers or {}):
+                await run(seed * 1000 + i)
 
     await asyncio.gather(*(one(i) for i in range(workflows)))
