@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_tool_pauses import Scene
 
-from agentcache.replay.runner import hear_tool
+from agentcache.replay.runner import hear_hint
 from agentcache.tags import WorkflowKey
 from agentcache.trace import ToolEnd
 
@@ -36,7 +36,7 @@ def test_a_paused_path_is_prefetched_by_how_soon_its_tool_returns():
     scene.policy.timing.now = 10.5  # half a second left
     assert paused_value(scene) == pytest.approx(0.8 ** (0.5 / step_gap))
     assert paused_value(scene) > early
-    hear_tool(scene.policy, ToolEnd(11.0, "w1", "coder", "run_tests"), 11.0)
+    hear_hint(scene.policy, ToolEnd(11.0, "w1", "coder", "run_tests"), 11.0)
     assert paused_value(scene) == pytest.approx(1.0)  # back from its tool: its call is due now
 
 

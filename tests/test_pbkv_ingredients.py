@@ -260,7 +260,24 @@ def test_tools_off_values_a_path_waiting_on_a_tool_by_the_forecast_alone():
     assert order(without("tools")) == ["paused", "busy"]
 
 
+def test_plan_off_values_a_path_by_the_forecast_alone_when_the_framework_named_its_agent_next():
+    """The framework decided the coder calls next: with `plan` its path outranks a workflow its forecast favours;
+    without, the forecast alone (the coder may stop there) ranks it below."""
+    forecast = {"coder": [{"coder": 0.3, END: 0.7}], "worker": [{"worker": 0.9, END: 0.1}]}
+
+    def order(ingredients: Ingredients) -> list[str]:
+        policy = PBKVPolicy(predictor=FixedForecast(forecast, horizon=1), ingredients=ingredients)
+        told, busy = Node("told"), Node("busy")
+        touch(policy, [told], "w1", "coder", 0)
+        touch(policy, [busy], "w2", "worker", 1)
+        policy.on_next(WorkflowKey("", "w1"), ("coder",), 2)
+        return eviction_order(policy, [told, busy])
+
+    assert order(OURS) == ["busy", "told"]
+    assert order(without("plan")) == ["told", "busy"]
+
+
 def test_every_ingredient_has_a_test_here():
     tested = {"lifecycle", "current_paths", "reuse", "retired_evidence", "retired_ages", "fixed_by_forecast"}
-    tested |= {"arrivals", "timing", "evidence", "cost", "fallback", "pending", "tools"}
+    tested |= {"arrivals", "timing", "evidence", "cost", "fallback", "pending", "tools", "plan"}
     assert tested == {f.name for f in fields(Ingredients)}
