@@ -205,6 +205,18 @@ def test_the_plan_is_the_prior_of_an_apps_first_steps_and_its_turn_limit_caps_th
     assert 0.5 <= learned["b"] < 1.0, "one step out of a seen: the plan weighs as much as what was learned"
 
 
+def test_a_plan_that_comes_just_after_its_apps_first_request_forecasts_that_workflows_next_steps():
+    """The SDK sends the plan on its background channel before the app's first request: it may reach the server
+    just after it. The workflow already running is forecast from the plan from its next step on."""
+    policy = make_policy("pbkv")
+    policy.on_request(Tags(workflow="w1", agent="a", app="app-1"), 1.0)
+    policy.on_plan("app-1", Plan(order=("a", "b", "c")), 1.1)
+    policy.on_request(Tags(workflow="w1", agent="b", app="app-1"), 2.0)
+    assert policy.forecasts.next[W1] == pytest.approx({"c": 1.0}), "nothing learned of b: the plan's order"
+    policy.on_end(W1, 3.0)
+    assert W1 not in policy.hints.app_of
+
+
 def test_a_turn_limit_that_an_apps_workflow_outruns_caps_no_forecast_from_then_on():
     """An AutoGen turn or a LangGraph superstep may hold several LLM calls: a limit of 2 turns, and a workflow makes
     three calls. From then on the limit says nothing of how many calls are left, for any workflow of the app."""

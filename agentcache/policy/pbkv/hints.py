@@ -48,6 +48,8 @@ class Hints:
         self.keys, self.pauses, self.latest = keys, pauses, latest
         self.priors: OrderedDict[str, Prior] = OrderedDict()
         self.prior_of: dict[WorkflowKey, Prior] = {}  # active workflow -> its app's prior (apps with a plan)
+        # active workflow -> its app: a plan may reach the server just after the first request it plans for
+        self.app_of: dict[WorkflowKey, str] = {}
         # active workflow -> its agents whose latest paths are done, each with that path's stamp
         self.done: dict[WorkflowKey, dict[str, int]] = {}
         self.coverage = AgentCoverage("plan", "the apps' plans")
@@ -55,16 +57,20 @@ class Hints:
     def plan(self, app: str, plan: Plan, horizon: int) -> None:
         """The app's plan (a newer one replaces it; what the policy learned of the app stays)."""
         before = self.priors.pop(app, None)
-        self.priors[app] = Prior(plan, horizon, self.coverage, before.seen if before is not None else None)
+        prior = self.priors[app] = Prior(plan, horizon, self.coverage, before.seen if before is not None else None)
         if len(self.priors) > MAX_PLANS:
             self.priors.popitem(last=False)
+        for workflow, named in self.app_of.items():  # its workflows already running: from their next step on
+            if named == app:
+                self.prior_of[workflow] = prior
 
     def heard(self, tags: Tags, first: bool) -> bool:
         """A request (its workflow's `first`, which names the workflow's app); whether its agent's paths were done
         (they are read as any now)."""
         if first:
+            app = self.app_of[tags.key] = tags.app_identity or DEFAULT_APP
             if self.priors:
-                prior = self.priors.get(tags.app_identity or DEFAULT_APP)
+                prior = self.priors.get(app)
                 if prior is not None:
                     self.prior_of[tags.key] = prior
             return False
@@ -72,6 +78,7 @@ class Hints:
 
     def retired(self, workflow: WorkflowKey) -> None:
         self.prior_of.pop(workflow, None)
+        self.app_of.pop(workflow, None)
         self.done.pop(workflow, None)
 
     def told_next(self, workflow: WorkflowKey, agents: tuple[str, ...], now: float) -> None:
