@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -66,16 +67,16 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture
-def recording_server():
+@contextlib.contextmanager
+def _recording_server(entry):
     """A stand-in for the server the bench drives: answers /generate with one streamed token, the events route
-    with its count, anything else with an empty 200, and records every POST as (path, body). Yields (url,
-    heard)."""
+    with its count, anything else with an empty 200, and records `entry(path, headers, body)` of every POST (the
+    header names in lower case). Yields (url, heard)."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    heard: list[tuple[str, object]] = []
+    heard: list[tuple] = []
 
     class Recording(BaseHTTPRequestHandler):
         def log_message(self, *args):  # noqa: ANN002
@@ -83,7 +84,7 @@ def recording_server():
 
         def do_POST(self):  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
-            heard.append((self.path, body))
+            heard.append(entry(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             data = b""
             if self.path == "/generate":
                 meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
@@ -101,3 +102,17 @@ def recording_server():
         yield f"http://127.0.0.1:{server.server_address[1]}", heard
     finally:
         server.shutdown()
+
+
+@pytest.fixture
+def recording_server():
+    """The bench's stand-in server (_recording_server), recording (path, body) of every POST."""
+    with _recording_server(lambda path, headers, body: (path, body)) as served:
+        yield served
+
+
+@pytest.fixture
+def recording_server_with_headers():
+    """The bench's stand-in server (_recording_server), recording (path, headers, body) of every POST."""
+    with _recording_server(lambda path, headers, body: (path, headers, body)) as served:
+        yield served

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,35 +12,6 @@ from agentcache.bench.workload import Lifecycle, TokenMaker, Workload
 from agentcache.cli import main
 from agentcache.trace import End
 from agentcache.workloads import GenConfig, generate
-
-
-@pytest.fixture
-def heard_with_headers():
-    """A stand-in server that answers /generate with one streamed token and records (path, headers, body)."""
-    heard: list[tuple[str, dict[str, str], dict]] = []
-
-    class Recording(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # noqa: ANN002
-            pass
-
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"null")
-            heard.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-            data = b""
-            if self.path == "/generate":
-                meta = {"prompt_tokens": len(body["input_ids"]), "cached_tokens": 0, "completion_tokens": 1}
-                data = f"data: {json.dumps({'output_ids': [1], 'meta_info': meta})}\n\ndata: [DONE]\n\n".encode()
-            self.send_response(200)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", heard
-    finally:
-        server.shutdown()
 
 
 def _session_of(form: str, headers: dict[str, str], body: dict) -> tuple[str | None, str | None, bool]:
@@ -68,8 +37,8 @@ def _session_of(form: str, headers: dict[str, str], body: dict) -> tuple[str | N
 
 
 @pytest.mark.parametrize("form", list(FORMS))
-def test_each_form_names_every_request_and_ends_each_workflow_its_way(form, heard_with_headers):
-    url, heard = heard_with_headers
+def test_each_form_names_every_request_and_ends_each_workflow_its_way(form, recording_server_with_headers):
+    url, heard = recording_server_with_headers
     trace = generate("code-retry", GenConfig(workflows=3, seed=1))
     workload = Workload(trace, TokenMaker(675, 0.05), time_scale=0.0, max_new_tokens=1)
     sent, _ = asyncio.run(workload.drive(url, {}, lifecycle=Lifecycle.PLUGIN, form=FORMS[form]))
