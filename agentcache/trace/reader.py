@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from agentcache.trace.model import (
     Request,
     Segment,
     ToolEnd,
-    ToolEvent,
     ToolStart,
     Trace,
     agent_done_fields,
@@ -56,7 +55,13 @@ class UnknownEventsWarning(UserWarning):
     """A trace holds events of types this reader does not know (a newer writer's): they were left out, counted."""
 
 
-TOOL_EVENTS: dict[str, type[ToolEvent]] = {ToolStart.TYPE: ToolStart, ToolEnd.TYPE: ToolEnd}
+# Events about a workflow's agents: type -> (its class, the check of its fields the server applies too).
+HINT_EVENTS: dict[str, tuple[type[ToolStart | ToolEnd | Next | AgentDone], Callable[[dict], tuple]]] = {
+    ToolStart.TYPE: (ToolStart, tool_fields),
+    ToolEnd.TYPE: (ToolEnd, tool_fields),
+    Next.TYPE: (Next, next_fields),
+    AgentDone.TYPE: (AgentDone, agent_done_fields),
+}
 
 
 class LineParser:
@@ -93,12 +98,8 @@ class LineParser:
             return self._request(line_no, obj)
         if kind == "end":
             return self._end(line_no, obj)
-        if kind in TOOL_EVENTS:
-            return self._tool(line_no, obj, TOOL_EVENTS[kind])
-        if kind == Next.TYPE:
-            return self._next(line_no, obj)
-        if kind == AgentDone.TYPE:
-            return self._agent_done(line_no, obj)
+        if kind in HINT_EVENTS:
+            return self._hint(line_no, obj, *HINT_EVENTS[kind])
         if not isinstance(kind, str) or not kind:
             raise self.error(line_no, "type", f"expected an event type (a non-empty string), got {kind!r}")
         count, first = self.skipped.get(kind, (0, line_no))
@@ -228,32 +229,16 @@ class LineParser:
             hidden = tuple(float(x) for x in hidden)
         return Request(ts, workflow, agent, tuple(segments), fixed, output, output_id, app, hidden)
 
-    def _tool(self, line: int, obj: dict, kind: type[ToolEvent]) -> ToolEvent:
+    def _hint(
+        self, line: int, obj: dict, kind: type[ToolStart | ToolEnd | Next | AgentDone], check: Callable[[dict], tuple]
+    ) -> ToolStart | ToolEnd | Next | AgentDone:
         ts = self._ts(line, obj)
         try:
-            workflow, agent, tool = tool_fields(obj)
+            fields = check(obj)
         except EventFieldError as exc:
             raise self.error(line, exc.field, str(exc)) from None
-        self._before_end(line, kind.TYPE, workflow)
-        return kind(ts, workflow, agent, tool)
-
-    def _next(self, line: int, obj: dict) -> Next:
-        ts = self._ts(line, obj)
-        try:
-            workflow, agents = next_fields(obj)
-        except EventFieldError as exc:
-            raise self.error(line, exc.field, str(exc)) from None
-        self._before_end(line, Next.TYPE, workflow)
-        return Next(ts, workflow, agents)
-
-    def _agent_done(self, line: int, obj: dict) -> AgentDone:
-        ts = self._ts(line, obj)
-        try:
-            workflow, agent = agent_done_fields(obj)
-        except EventFieldError as exc:
-            raise self.error(line, exc.field, str(exc)) from None
-        self._before_end(line, AgentDone.TYPE, workflow)
-        return AgentDone(ts, workflow, agent)
+        self._before_end(line, kind.TYPE, fields[0])
+        return kind(ts, *fields)
 
     def _before_end(self, line: int, kind: str, workflow: str) -> None:
         """An event about a workflow comes before its end event, never after."""
