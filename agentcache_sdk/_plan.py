@@ -126,13 +126,7 @@ def next_agents(agents: str | Iterable[str]) -> bool:
         return False
     names = [agents] if isinstance(agents, str) else list(agents)
     event = {"type": "next", "workflow": ctx.id, "agents": list(dict.fromkeys(as_id(a) or "" for a in names))}
-    try:
-        next_fields(event)
-    except EventFieldError as exc:
-        _invalid("next", exc)
-        return False
-    _emit(event, ctx.authorization)
-    return True
+    return _checked_emit(event, next_fields, ctx.authorization)
 
 
 def agent_done(agent: str | None = None) -> bool:
@@ -143,12 +137,17 @@ def agent_done(agent: str | None = None) -> bool:
         return False
     name = as_id(agent) or as_id(current_agent_name()) or ctx.last_agent
     event = {"type": "agent_done", "workflow": ctx.id, "agent": name}
+    return _checked_emit(event, agent_done_fields, ctx.authorization)
+
+
+def _checked_emit(event: dict[str, Any], check: Callable[[dict[str, Any]], object], authorization: str | None) -> bool:
+    """Emit `event` if `check` (the server's check of its fields) passes; else count it as invalid, send nothing."""
     try:
-        agent_done_fields(event)
+        check(event)
     except EventFieldError as exc:
-        _invalid("agent_done", exc)
+        _invalid(event["type"], exc)
         return False
-    _emit(event, ctx.authorization)
+    _emit(event, authorization)
     return True
 
 
