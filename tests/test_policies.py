@@ -279,6 +279,22 @@ def test_pbkv_arrivals_keep_the_entry_agents_prompt():
     assert policy.ranking.score(sys_planner) > 0.3
 
 
+def test_pbkv_arrivals_fall_once_workflows_stop_starting():
+    """A burst of workflows, then none: the time since the last one started counts as a gap at least that long,
+    so the entry agent's prompt is no longer kept for workflows that do not come (a benchmark's fixed set of
+    workflows; a batch job's end)."""
+    policy = make_policy("pbkv")
+    sys_planner = Node("sys_planner")
+    for i in range(30):  # workflows start every 2 s
+        touch(policy, [sys_planner], f"w{i}", "planner", 2.0 * i, fixed_tokens=10)
+        policy.on_end(WorkflowKey("", f"w{i}"), 2.0 * i + 1.0)
+    t = 60.0
+    for step in range(300):  # then one long workflow works on, a step every 2 s, and no other starts
+        touch(policy, [Node(f"c{step}")], "long", "coder", t, fixed_tokens=10)
+        t += 2.0
+    assert policy.ranking.score(sys_planner) < 0.05
+
+
 def test_pbkv_ranks_a_turn_that_forecasts_its_end_with_retired_cache_when_later_turns_read_that():
     """Plain chat: each turn is a workflow of its own, the next turn reads what the ended one wrote. The turn
     just served forecasts END for itself; its nodes must not outrank retired history that later turns read,

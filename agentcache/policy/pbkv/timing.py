@@ -68,11 +68,12 @@ class Timing:
             self._last_start = now
 
     def new_per_step(self) -> float:
-        """lambda * g: new workflows per step of a workflow (0 until both are known)."""
+        """lambda * g: new workflows per step of a workflow (0 until both are known). The time since the last
+        workflow started is a gap at least that long: where arrivals stop, the rate falls with it."""
         step_gap = self.gaps.mean
-        if self.arrival_gap <= 0.0 or step_gap <= 0.0:
+        if self.arrival_gap <= 0.0 or step_gap <= 0.0 or self._last_start is None:
             return 0.0
-        return step_gap / self.arrival_gap
+        return step_gap / max(self.arrival_gap, self.now - self._last_start)
 
     def weight(self, state: WorkflowState) -> float:
         """gamma^(residual / g): step discounting continued into the time before w's next request."""
