@@ -28,7 +28,7 @@ BENCH = ["bench", "--json", "--policy", "pbkv", "--client-form", FORMS]
 
 
 def machine_load() -> dict:
-    """The 1-minute load average and the cores: five engineers shared these 2 cores while it ran."""
+    """The 1-minute load average and the cores: what else the machine ran is in the load."""
     return {"load_1min": round(os.getloadavg()[0], 2), "cores": os.cpu_count()}
 
 
@@ -78,7 +78,7 @@ def markdown(saved: dict) -> str:
             f"Command: `{' '.join(['.venv/bin/python benchmarks/client_forms.py', *saved['extra']])}`"
             + f" (runs `agentcache {' '.join(BENCH + saved['extra'])}`; {platform.machine()}, "
             f"{before['cores']} cores, no GPU). Machine load: 1-minute load average {before['load_1min']} before and "
-            f"{after['load_1min']} after; five engineers shared the {before['cores']} cores while it ran, so the "
+            f"{after['load_1min']} after: other work shared the {before['cores']} cores while it ran, so the "
             "times are noisy (prompt tokens computed less so: they move only where load changes which requests "
             "overlap).",
             "",
