@@ -121,6 +121,19 @@ def test_heldout_page_is_its_figures():
     }
 
 
+def test_live_regime_page_is_its_figures():
+    import live_regime
+
+    saved = json.loads((DOCS / "live-regime.json").read_text())
+    page, made = written_page("live-regime")
+    assert live_regime.markdown(saved["rows"], saved["command"], saved["pace"]) == page
+    assert made == provenance_of(saved)
+    assert {(row["family"], row["seed"]) for row in saved["rows"]} == {
+        (family, seed) for family in live_regime.FAMILIES for seed in live_regime.SEEDS
+    }
+    assert all(set(row["hit_rate"]) == set(live_regime.COLUMNS) for row in saved["rows"])
+
+
 def test_gpu_anchor_page_is_its_figures():
     import gpu_anchor
 
