@@ -21,6 +21,7 @@ import dataclasses
 import statistics
 
 from pages import progress, save, template
+from suite import mean_prompt
 
 from agentcache.bench.runner import CAPACITY_FACTOR
 from agentcache.bench.workload import BENCH_WORKFLOWS, MAX_NEW_TOKENS, TIME_SCALE, TOKEN_SCALE, as_served
@@ -60,8 +61,7 @@ def run(pace: float) -> list[dict]:
                     MAX_NEW_TOKENS,
                 )
                 trace = hinted.without(["next", "plan"])
-                requests = trace.requests
-                capacity = int(CAPACITY_FACTOR * sum(r.prompt_tokens for r in requests) / len(requests))
+                capacity = int(CAPACITY_FACTOR * mean_prompt(trace))
                 prepared = {
                     "": PreparedTrace(trace),
                     TOLD: PreparedTrace(hinted),
@@ -83,7 +83,7 @@ def run(pace: float) -> list[dict]:
                     {
                         "family": family,
                         "seed": seed,
-                        "requests": len(requests),
+                        "requests": len(trace.requests),
                         "capacity": capacity,
                         "hit_rate": hit,
                         "ttft_p50_s": ttft,
