@@ -57,7 +57,10 @@ def measure() -> dict:
     from agentcache.trace import read_trace
 
     variants = []
-    with progress("tool pauses: replays", (2 + len(CAPACITY_FACTORS)) * len(VARIANTS)) as bar, tempfile.TemporaryDirectory() as folder:
+    with (
+        progress("tool pauses: replays", (2 + len(CAPACITY_FACTORS)) * len(VARIANTS)) as bar,
+        tempfile.TemporaryDirectory() as folder,
+    ):
         for name, seed, held_out in VARIANTS:
             path = os.path.join(folder, f"tool-use-{name}.jsonl")
             gen = [AGENTCACHE, "gen", FAMILY, "-o", path, "--workflows", str(WORKFLOWS), "--seed", str(seed)]
@@ -104,7 +107,10 @@ def measure() -> dict:
 
 def host_row(run: dict) -> dict:
     keys = ("policy", "capacity", "hit_rate", "host_hit_tokens", "prompt_tokens", "prefetched_tokens")
-    return {k: run[k] for k in keys} | {"prefetch_used": run["prefetch_used_tokens"], "gpu_s": run["modelled_latency_s"]}
+    return {k: run[k] for k in keys} | {
+        "prefetch_used": run["prefetch_used_tokens"],
+        "gpu_s": run["modelled_latency_s"],
+    }
 
 
 def verdict(hit: dict[str, float]) -> tuple[bool, bool, bool]:
